@@ -1,0 +1,1 @@
+"""One engine worker: continuous-batching scheduler, paged KV cache with prefix caching, timer."""

@@ -1,0 +1,335 @@
+"""One engine worker: iteration-level continuous batching as vLLM v1 schedules it.
+
+Each engine step (one forward pass) is formed at a step boundary: decoding requests get one
+token each, partly prefilled requests continue in admission order, then waiting requests are
+admitted first-come-first-served while ``max_num_seqs``, the ``max_num_batched_tokens`` budget
+and free KV blocks allow (chunked prefill splits a prompt over several steps). When a step
+needs more KV blocks than are free or evictable, the most recently admitted request is
+preempted (its blocks freed, recomputed later) and no new request is admitted that step.
+
+Fast-forward: while only decoding requests run and nothing can be admitted, the batch is the
+same from step to step until the first completion, so one scheduled event covers many steps.
+The segment is cut at the first step boundary after an arrival routed here, and ends before
+the first step whose new KV blocks would exceed what is available (that step is then formed
+normally, with preemption). ``fast_forward=False`` steps one iteration per event and is the
+reference the fast path must match exactly.
+
+Time is integer microseconds. Step boundaries are scheduled with simpy's URGENT priority so
+that at an equal instant they run before arrivals: an arrival at a boundary's instant joins at
+the next boundary, in both modes.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+import simpy
+from simpy.events import URGENT
+
+from dynosim.config import EngineConfig
+from dynosim.engine.kv_cache import PrefixKVCache
+from dynosim.engine.state import RunningRequest
+from dynosim.perf.protocol import StepTimeModel
+from dynosim.types import HASH_BLOCK_TOKENS
+
+FinishCallback = Callable[[RunningRequest, int], None]
+_EMPTY = np.zeros(1, dtype=np.int64)
+
+
+class EngineWorker:
+    """A serving engine: a waiting queue, a running batch and a KV cache, stepped in time."""
+
+    def __init__(
+        self,
+        index: int,
+        env: simpy.Environment,
+        *,
+        engine: EngineConfig,
+        kv: PrefixKVCache,
+        timing: StepTimeModel,
+        on_finish: FinishCallback,
+        fast_forward: bool = True,
+    ) -> None:
+        self.index = index
+        self.env = env
+        self.kv = kv
+        self.timing = timing
+        self.on_finish = on_finish
+        self.fast_forward = fast_forward
+        self.max_seqs = engine.max_num_seqs
+        self.budget = engine.max_num_batched_tokens
+        self.block_size = engine.block_size
+        self.chunked = engine.enable_chunked_prefill
+        self.waiting: deque[RunningRequest] = deque()
+        self.queued_blocks = 0
+        self.running: dict[int, RunningRequest] = {}
+        self.prefilling: list[RunningRequest] = []
+        self._next_seq = 0
+        # Decoding requests, kept as aggregates over the decode step counter S.
+        self.S = 0
+        self.n_decode = 0
+        self._len_offset = 0
+        self._phase = np.zeros(self.block_size, dtype=np.int64)
+        self._finish_heap: list[tuple[int, int, RunningRequest]] = []
+        # The scheduled segment: _seg_steps steps from the last boundary.
+        self.busy = False
+        self._version = 0
+        self._step_prefill: list[tuple[RunningRequest, int]] = []
+        self._seg_steps = 1
+        self._seg_ends: npt.NDArray[np.int64] = _EMPTY
+        self._seg_cum: npt.NDArray[np.int64] = _EMPTY
+        self._seg_applied = 1
+        self.steps = 0
+        self.events = 0
+
+    # ----------------------------------------------------------------- views for the router
+    @property
+    def outstanding(self) -> int:
+        """Requests routed here and not finished."""
+        return len(self.running) + len(self.waiting)
+
+    @property
+    def load_blocks(self) -> int:
+        """KV blocks held by running requests plus the prompt blocks of queued ones."""
+        return self.kv.used + self.queued_blocks
+
+    def sync(self, now_us: int) -> None:
+        """Bring the KV state up to ``now_us`` inside a fast-forwarded segment."""
+        if self.busy and self._seg_steps > 1:
+            started = int(np.searchsorted(self._seg_ends, now_us, side="right")) + 1
+            self._apply_allocations(min(started, self._seg_steps))
+
+    # ----------------------------------------------------------------------- input
+    def enqueue(self, rr: RunningRequest, now_us: int) -> None:
+        """Accept a routed request at ``now_us``; an idle worker starts a step at once."""
+        self.waiting.append(rr)
+        self.queued_blocks += -(-rr.target // self.block_size)
+        if not self.busy:
+            self._start_step(now_us)
+        elif self._seg_steps > 1:
+            self._cut(now_us)
+
+    # ------------------------------------------------------------------- stepping
+    def _schedule(self, at_us: int) -> None:
+        self._version += 1
+        ev = simpy.Event(self.env)
+        ev._ok = True
+        ev._value = self._version
+        ev.callbacks.append(self._on_boundary)
+        self.env.schedule(ev, URGENT, at_us - self.env.now)
+
+    def _on_boundary(self, ev: simpy.Event) -> None:
+        if ev._value != self._version:
+            return
+        now = int(self.env.now)
+        self.events += 1
+        k = self._seg_steps
+        self._apply_allocations(k)
+        self.S += k
+        self.steps += k
+        heap = self._finish_heap
+        while heap and heap[0][0] <= self.S:
+            fs, seq, rr = heapq.heappop(heap)
+            if rr.finish_step == fs and rr.seq == seq:
+                self._leave_decode(rr)
+                self._finish(rr, now)
+        for rr, chunk in self._step_prefill:
+            rr.computed += chunk
+            self._register_units(rr)
+            if rr.computed == rr.target:
+                self.prefilling.remove(rr)
+                rr.generated += 1
+                if rr.first_token_us < 0:
+                    rr.first_token_us = now
+                if rr.generated >= rr.req.output_tokens:
+                    self._finish(rr, now)
+                else:
+                    self._join_decode(rr)
+        self._start_step(now)
+
+    def _start_step(self, now: int) -> None:
+        """Form the next step at boundary ``now`` and schedule its end (or go idle)."""
+        kv, bs = self.kv, self.block_size
+        preempted = False
+        while True:
+            demand = int(self._phase[-self.S % bs]) if self.n_decode else 0
+            left = self.budget - self.n_decode
+            plan: list[tuple[RunningRequest, int, int]] = []
+            for rr in self.prefilling:
+                if left <= 0:
+                    break
+                chunk = min(rr.target - rr.computed, left)
+                need = -(-(rr.computed + chunk) // bs) - rr.blocks
+                plan.append((rr, chunk, need))
+                demand += need
+                left -= chunk
+            if demand <= kv.available:
+                break
+            self._preempt_last()
+            preempted = True
+        kv.allocate(demand)
+        step_prefill: list[tuple[RunningRequest, int]] = []
+        shapes: list[tuple[int, int]] = []
+        for rr, chunk, need in plan:
+            rr.blocks += need
+            step_prefill.append((rr, chunk))
+            shapes.append((chunk, rr.computed))
+        if not preempted:
+            left = self._admit(left, step_prefill, shapes)
+        self._step_prefill = step_prefill
+        n = self.n_decode
+        if not step_prefill and n == 0:
+            if self.waiting:
+                raise RuntimeError(f"worker {self.index} idle with {len(self.waiting)} waiting")
+            self.busy = False
+            self._seg_steps = 1
+            return
+        self.busy = True
+        kv_tokens = self._len_offset + n * (self.S + 1)
+        if step_prefill or not self.fast_forward or preempted:
+            self._seg_steps = 1
+            self._schedule(now + self.timing.step_us(shapes, n, kv_tokens))
+            return
+        self._start_segment(now, n, kv_tokens)
+
+    def _start_segment(self, now: int, n: int, kv_tokens: int) -> None:
+        """Schedule a decode-only segment up to the first completion or KV shortage."""
+        heap = self._finish_heap
+        while heap[0][2].finish_step != heap[0][0] or heap[0][2].seq != heap[0][1]:
+            heapq.heappop(heap)
+        k = heap[0][0] - self.S
+        if k > 1:
+            steps = self.S + np.arange(1, k, dtype=np.int64)
+            cum = np.cumsum(self._phase[-steps % self.block_size])
+            k = 1 + int(np.searchsorted(cum, self.kv.available, side="right"))
+            self._seg_cum = np.concatenate((_EMPTY, cum[: k - 1]))
+        else:
+            self._seg_cum = _EMPTY
+        ends = now + np.cumsum(self.timing.decode_run_us(n, kv_tokens, k))
+        self._seg_steps = k
+        self._seg_ends = ends
+        self._seg_applied = 1
+        self._schedule(int(ends[-1]))
+
+    def _cut(self, now: int) -> None:
+        """End the segment at the first step boundary strictly after ``now``."""
+        j = int(np.searchsorted(self._seg_ends, now, side="right"))
+        if j + 1 < self._seg_steps:
+            self._seg_steps = j + 1
+            self._schedule(int(self._seg_ends[j]))
+
+    def _apply_allocations(self, started: int) -> None:
+        """Allocate the new blocks of segment steps up to ``started`` (step 0 already is)."""
+        if started > self._seg_applied:
+            cum = self._seg_cum
+            self.kv.allocate(int(cum[started - 1] - cum[self._seg_applied - 1]))
+            self._seg_applied = started
+
+    # ----------------------------------------------------------------- admission
+    def _admit(
+        self,
+        left: int,
+        step_prefill: list[tuple[RunningRequest, int]],
+        shapes: list[tuple[int, int]],
+    ) -> int:
+        kv, bs, unit = self.kv, self.block_size, self.kv.unit_blocks
+        waiting = self.waiting
+        while waiting and left > 0 and len(self.running) < self.max_seqs:
+            rr = waiting[0]
+            limit = min(len(rr.hashes), (rr.target - 1) // HASH_BLOCK_TOKENS)
+            hit = kv.match(rr.hashes, limit) if limit > 0 else 0
+            hit_tokens = hit * HASH_BLOCK_TOKENS
+            remaining = rr.target - hit_tokens
+            chunk = min(remaining, left)
+            if chunk < remaining and not self.chunked:
+                break
+            need = -(-(hit_tokens + chunk) // bs) - hit * unit
+            hit_units = rr.hashes[:hit]
+            pinned = kv.evictable_among(hit_units) * unit if hit else 0
+            if need > kv.available - pinned:
+                break
+            waiting.popleft()
+            self.queued_blocks -= -(-rr.target // bs)
+            kv.acquire(hit_units)
+            kv.allocate(need)
+            rr.units = list(hit_units)
+            rr.n_units_seen = hit
+            rr.computed = hit_tokens
+            rr.blocks = hit * unit + need
+            if rr.preemptions == 0:
+                rr.cached_tokens = hit_tokens
+            rr.seq = self._next_seq
+            self._next_seq += 1
+            self.running[rr.seq] = rr
+            self.prefilling.append(rr)
+            step_prefill.append((rr, chunk))
+            shapes.append((chunk, hit_tokens))
+            left -= chunk
+        return left
+
+    def _register_units(self, rr: RunningRequest) -> None:
+        full = min(rr.computed // HASH_BLOCK_TOKENS, len(rr.hashes))
+        if full > rr.n_units_seen:
+            kv = self.kv
+            for h in rr.hashes[rr.n_units_seen : full]:
+                if kv.register(h):
+                    rr.units.append(h)
+            rr.n_units_seen = full
+
+    # ------------------------------------------------------------ decode aggregate
+    def _join_decode(self, rr: RunningRequest) -> None:
+        rr.s0 = self.S
+        rr.g0 = rr.generated
+        rr.len0 = rr.computed
+        off = rr.len0 - rr.s0
+        self._phase[off % self.block_size] += 1
+        self._len_offset += off
+        self.n_decode += 1
+        rr.finish_step = self.S + rr.req.output_tokens - rr.g0
+        heapq.heappush(self._finish_heap, (rr.finish_step, rr.seq, rr))
+
+    def _leave_decode(self, rr: RunningRequest) -> None:
+        steps = self.S - rr.s0
+        kv_len = rr.len0 + steps
+        rr.generated = rr.g0 + steps
+        rr.computed = kv_len
+        rr.blocks = -(-kv_len // self.block_size)
+        off = rr.len0 - rr.s0
+        self._phase[off % self.block_size] -= 1
+        self._len_offset -= off
+        self.n_decode -= 1
+        rr.finish_step = -1
+
+    # ------------------------------------------------------------ leaving the batch
+    def _finish(self, rr: RunningRequest, now: int) -> None:
+        del self.running[rr.seq]
+        self.kv.release(rr.units, rr.blocks)
+        rr.blocks = 0
+        self.on_finish(rr, now)
+
+    def _preempt_last(self) -> None:
+        """Preempt (recompute) the most recently admitted running request."""
+        seq = next(reversed(self.running))
+        rr = self.running.pop(seq)
+        if rr.finish_step >= 0:
+            self._leave_decode(rr)
+        else:
+            self.prefilling.remove(rr)
+        self.kv.release(rr.units, rr.blocks)
+        rr.units = []
+        rr.blocks = 0
+        rr.computed = 0
+        rr.n_units_seen = 0
+        rr.target = rr.req.input_tokens + rr.generated
+        rr.preemptions += 1
+        self.waiting.appendleft(rr)
+        self.queued_blocks += -(-rr.target // self.block_size)
+
+
+def describe(workers: Sequence[EngineWorker]) -> str:
+    """One line of per-worker counters (for debugging and benchmarks)."""
+    return ", ".join(f"w{w.index}: {w.steps} steps / {w.events} events" for w in workers)

@@ -1,0 +1,1 @@
+"""Performance models: how long one engine iteration takes, and how much KV memory a GPU has."""

@@ -1,0 +1,403 @@
+"""Step times from NVIDIA AIConfigurator's measured kernel database (``aiconfigurator-core``).
+
+Querying AIConfigurator costs 1-300 us per call, far too slow per simulated step, so
+:func:`aic_tables` evaluates the compiled model once on log-spaced grids (4 points per octave)
+and :class:`AicStepTime` interpolates them with linear arithmetic only:
+
+* ``nonattn_us[T]``: every op except attention and the LM head (GEMMs, norms, activations,
+  embedding, TP all-reduce) for a step of ``T`` tokens;
+* ``logits_us[R]``: the LM-head GEMM for ``R`` requests (one token each);
+* ``prefill_us[c, p]``: context attention of one request computing ``c`` new tokens over
+  ``p`` cached ones. A step's prefill attention is ``F + sum_i (prefill_us[c_i, p_i] - F)`` with
+  ``F = prefill_us[1, 0]``, the kernel-launch floor paid once per step (this tracks
+  AIConfigurator's batched attention within ~20%, where summing per request overcounts ~3x);
+* ``decode_us[n, K]``: generation attention of ``n`` requests attending ``K`` KV tokens in all,
+  i.e. AIConfigurator's ``(batch=n, s=K/n)``.
+
+Tables are made monotone (running maximum along each axis) so that interpolated step times
+are monotone in every input. Values beyond a grid's end extrapolate its last segment linearly.
+AIConfigurator reports kernel time only; the backend's framework overhead is added per step.
+
+Tables are cached in memory and on disk as ``<cache>/aic/<key>.npz`` where ``<cache>`` is
+``$DYNOSIM_CACHE_DIR`` or ``~/.cache/dynosim``; the key includes the aiconfigurator-core and
+table-format versions, so stale files are never read.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import logging
+import math
+import os
+import tempfile
+import warnings
+from bisect import bisect_right
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dynosim.config import DeploymentConfig
+from dynosim.errors import ConfigError
+from dynosim.perf.catalog import gpu_spec, model_spec
+from dynosim.perf.overhead import FrameworkOverhead, framework_overhead
+
+F64 = npt.NDArray[np.float64]
+TABLE_FORMAT = 1
+_PER_OCTAVE = 4
+_MAX_TOKENS = 1 << 20  # grid end for step tokens, chunk and context lengths
+_MAX_REQUESTS = 1 << 16  # grid end for requests per step
+_MAX_DECODE_KV = 1 << 27  # grid end for total KV tokens of a decode batch
+_TABLE_NAMES = (
+    "tok_grid",
+    "nonattn_us",
+    "req_grid",
+    "logits_us",
+    "chunk_grid",
+    "ctx_grid",
+    "prefill_us",
+    "dec_n_grid",
+    "dec_k_grid",
+    "decode_us",
+)
+
+
+def aic_version() -> str:
+    """Installed aiconfigurator-core version."""
+    return importlib.metadata.version("aiconfigurator-core")
+
+
+def cache_dir() -> Path:
+    """Directory of the on-disk table cache (``$DYNOSIM_CACHE_DIR/aic`` if the variable is set)."""
+    root = os.environ.get("DYNOSIM_CACHE_DIR") or str(Path.home() / ".cache" / "dynosim")
+    return Path(root) / "aic"
+
+
+@dataclass(frozen=True, slots=True)
+class AicKey:
+    """What a set of tables depends on."""
+
+    aic_model: str
+    gpu: str
+    backend: str
+    backend_version: str
+    tp: int
+    dtype: str
+
+    def filename(self) -> str:
+        """Cache file name (model ids have their slash replaced)."""
+        model = self.aic_model.replace("/", "--")
+        return (
+            f"{model}_{self.gpu}_{self.backend}-{self.backend_version}_tp{self.tp}_{self.dtype}"
+            f"_aic{aic_version()}_f{TABLE_FORMAT}.npz"
+        )
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence aiconfigurator's warnings and log noise while it loads and extrapolates."""
+    logger = logging.getLogger("aiconfigurator_core")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _log_grid(hi: int, *, zero: bool = False) -> F64:
+    """Integers 1..hi spaced ``_PER_OCTAVE`` per octave (plus 0 if ``zero``)."""
+    steps = np.arange(round(math.log2(hi) * _PER_OCTAVE) + 1) / _PER_OCTAVE
+    grid = np.unique(np.rint(np.exp2(steps)))
+    return np.concatenate([[0.0], grid]) if zero else grid
+
+
+def _monotone(table: F64) -> F64:
+    """Running maximum along every axis."""
+    for axis in range(table.ndim):
+        table = np.maximum.accumulate(table, axis=axis)
+    return table
+
+
+def resolve_key(config: DeploymentConfig) -> AicKey:
+    """The table key of ``config``, or ConfigError if AIConfigurator cannot time it."""
+    model = model_spec(config.model)
+    gpu_spec(config.gpu).flops(config.dtype)
+    if model.aic_name is None:
+        raise ConfigError(
+            "timing", "aic", f"roofline (AIConfigurator has no data for model {config.model})"
+        )
+    with _quiet():
+        from aiconfigurator_core.sdk import perf_database
+
+        try:
+            version = perf_database.resolve_query_version(config.gpu, config.backend, "current")
+        except Exception as err:
+            raise ConfigError(
+                "timing",
+                "aic",
+                f"roofline (AIConfigurator has no {config.backend} data for {config.gpu}: {err})",
+            ) from None
+    return AicKey(model.aic_name, config.gpu, config.backend, str(version), config.tp, config.dtype)
+
+
+def _compile(key: AicKey) -> Any:
+    with _quiet():
+        from aiconfigurator_core.sdk.engine import EngineHandle
+
+        quant = "fp8" if key.dtype == "fp8" else "bfloat16"
+        try:
+            return EngineHandle.compile(
+                key.aic_model,
+                key.gpu,
+                key.backend,
+                backend_version=key.backend_version,
+                tp_size=key.tp,
+                gemm_quant_mode=quant,
+                kvcache_quant_mode=quant,
+                fmha_quant_mode="bfloat16",
+            )
+        except Exception as err:
+            raise ConfigError(
+                "timing",
+                "aic",
+                f"roofline (AIConfigurator cannot model {key.aic_model} on {key.gpu} with "
+                f"{key.backend} {key.backend_version}, tp={key.tp}, {key.dtype}: {err})",
+            ) from None
+
+
+def _op_indices(evaluate: Callable[[list[int]], list[Any]]) -> tuple[list[int], int, int]:
+    """Positions of (other ops, the attention op, the LM head or -1) in an op list."""
+    other: list[int] = []
+    attn = logits = -1
+    for i in range(256):
+        try:
+            name = str(evaluate([i])[0][0])
+        except Exception:  # noqa: BLE001 - out of range ends the op list
+            break
+        if name.endswith("_attention"):
+            attn = i
+        elif "logits" in name:
+            logits = i
+        else:
+            other.append(i)
+    if attn < 0:
+        raise ConfigError("timing", "aic", "roofline (unexpected AIConfigurator op list)")
+    return other, attn, logits
+
+
+def build_tables(key: AicKey) -> dict[str, F64]:
+    """Evaluate AIConfigurator on the grids (a few seconds); values in microseconds."""
+    h = _compile(key)
+    with _quiet():
+        # The LM head is priced from the generation op list: MoE context lists omit it.
+        ctx_ops, ctx_attn, _ = _op_indices(
+            lambda idx: h.evaluate_context_ops(idx, batch_size=1, s=16)
+        )
+        _, gen_attn, logits = _op_indices(
+            lambda idx: h.evaluate_generation_ops(idx, batch_size=1, s=16)
+        )
+        if logits < 0:
+            raise ConfigError("timing", "aic", "roofline (AIConfigurator op list has no LM head)")
+
+        def ms(values: list[Any]) -> float:
+            return float(sum(v[1] for v in values))
+
+        tok = _log_grid(_MAX_TOKENS)
+        nonattn = [ms(h.evaluate_context_ops(ctx_ops, batch_size=1, s=int(t), x=int(t))) for t in tok]
+        req = _log_grid(_MAX_REQUESTS)
+        logit = [ms(h.evaluate_generation_ops([logits], batch_size=int(r), s=1)) for r in req]
+        chunk = _log_grid(_MAX_TOKENS)
+        ctx = _log_grid(_MAX_TOKENS, zero=True)
+        prefill = [
+            [ms(h.evaluate_context_ops([ctx_attn], batch_size=1, s=int(c), prefix=int(p))) for p in ctx]
+            for c in chunk
+        ]
+        dec_n = _log_grid(_MAX_REQUESTS)
+        dec_k = _log_grid(_MAX_DECODE_KV)
+        decode = [
+            [
+                ms(h.evaluate_generation_ops([gen_attn], batch_size=int(n), s=max(1, round(k / n))))
+                for k in dec_k
+            ]
+            for n in dec_n
+        ]
+    to_us = 1000.0
+    return {
+        "tok_grid": tok,
+        "nonattn_us": _monotone(np.asarray(nonattn) * to_us),
+        "req_grid": req,
+        "logits_us": _monotone(np.asarray(logit) * to_us),
+        "chunk_grid": chunk,
+        "ctx_grid": ctx,
+        "prefill_us": _monotone(np.asarray(prefill) * to_us),
+        "dec_n_grid": dec_n,
+        "dec_k_grid": dec_k,
+        "decode_us": _monotone(np.asarray(decode) * to_us),
+    }
+
+
+def _save_atomic(path: Path, tables: dict[str, F64]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **tables)  # type: ignore[arg-type]
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@functools.lru_cache(maxsize=64)
+def aic_tables(key: AicKey) -> dict[str, F64]:
+    """Tables for ``key``: from memory, else from the disk cache, else built (and cached)."""
+    path = cache_dir() / key.filename()
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            tables = {name: np.asarray(data[name], dtype=np.float64) for name in _TABLE_NAMES}
+        return tables
+    except (OSError, KeyError, ValueError):
+        pass
+    tables = build_tables(key)
+    try:
+        _save_atomic(path, tables)
+    except OSError:
+        pass  # a read-only cache is not an error; the in-memory copy still serves
+    return tables
+
+
+def _seg(grid: Sequence[float], x: float) -> tuple[int, float]:
+    """Segment index and (possibly > 1, extrapolating) weight of ``x`` on ``grid``."""
+    i = bisect_right(grid, x) - 1
+    i = min(max(i, 0), len(grid) - 2)
+    return i, (x - grid[i]) / (grid[i + 1] - grid[i])
+
+
+def _lerp(grid: Sequence[float], vals: Sequence[float], x: float) -> float:
+    i, w = _seg(grid, x)
+    return vals[i] + w * (vals[i + 1] - vals[i])
+
+
+class AicStepTime:
+    """:class:`~dynosim.perf.protocol.StepTimeModel` interpolating AIConfigurator tables."""
+
+    def __init__(self, tables: dict[str, F64], overhead: FrameworkOverhead) -> None:
+        """Wrap precomputed ``tables`` (see :func:`build_tables`) and a framework overhead."""
+        self.overhead = overhead
+        t = {k: np.ascontiguousarray(v, dtype=np.float64) for k, v in tables.items()}
+        self._tok = t["tok_grid"].tolist()
+        self._nonattn = t["nonattn_us"].tolist()
+        self._req = t["req_grid"].tolist()
+        self._logits = t["logits_us"].tolist()
+        self._chunk = t["chunk_grid"].tolist()
+        self._ctx = t["ctx_grid"].tolist()
+        self._prefill = t["prefill_us"].tolist()
+        self._floor = self._prefill[0][0]
+        self._dn = t["dec_n_grid"].tolist()
+        self._kg = t["dec_k_grid"]
+        self._kw = np.diff(self._kg)
+        self._dec = t["decode_us"]
+        self._ddec = np.diff(self._dec, axis=1)
+        # Python-float copies for the scalar path: the same IEEE-754 operations in the same
+        # order as the numpy path, hence the same bits (no transcendental functions, no FMA).
+        self._kg_l: list[float] = self._kg.tolist()
+        self._kw_l: list[float] = self._kw.tolist()
+        self._dec_l: list[list[float]] = self._dec.tolist()
+        self._ddec_l: list[list[float]] = self._ddec.tolist()
+        self._per_n: dict[int, tuple[int, float, float]] = {}
+
+    @classmethod
+    def from_config(cls, config: DeploymentConfig) -> AicStepTime:
+        """Build (or load cached) tables for ``config``.
+
+        Raises:
+            ConfigError: AIConfigurator lacks the model, GPU, backend or dtype.
+        """
+        return cls(aic_tables(resolve_key(config)), framework_overhead(config))
+
+    def _const_us(self, n_tokens: int, n_requests: int) -> float:
+        """Attention-free part of a step: other ops, LM head and framework overhead."""
+        return (
+            _lerp(self._tok, self._nonattn, float(n_tokens))
+            + _lerp(self._req, self._logits, float(n_requests))
+            + self.overhead.us(n_requests)
+        )
+
+    def _prefill_attn_us(self, chunk: int, context: int) -> float:
+        i, wc = _seg(self._chunk, float(max(chunk, 1)))
+        j, wp = _seg(self._ctx, float(max(context, 0)))
+        r0, r1 = self._prefill[i], self._prefill[i + 1]
+        a = r0[j] + wp * (r0[j + 1] - r0[j])
+        b = r1[j] + wp * (r1[j + 1] - r1[j])
+        return a + wc * (b - a)
+
+    def _decode_row(self, n: int) -> tuple[int, float, float]:
+        """Row index and weight on the batch grid, and the attention-free time, for ``n``."""
+        row = self._per_n.get(n)
+        if row is None:
+            i, wn = _seg(self._dn, float(n))
+            row = (i, wn, self._const_us(n, n))
+            self._per_n[n] = row
+        return row
+
+    def _decode_attn_us(self, n: int, kv: F64) -> F64:
+        """Decode attention of ``n`` requests for each total KV length in ``kv`` (vectorised)."""
+        i, wn, _ = self._decode_row(n)
+        j = np.searchsorted(self._kg, kv, side="right") - 1
+        np.clip(j, 0, self._kg.size - 2, out=j)
+        wk = (kv - self._kg[j]) / self._kw[j]
+        a = self._dec[i, j] + wk * self._ddec[i, j]
+        b = self._dec[i + 1, j] + wk * self._ddec[i + 1, j]
+        out: F64 = a + wn * (b - a)
+        return out
+
+    def _decode_attn_scalar_us(self, n: int, kv: float) -> float:
+        """:meth:`_decode_attn_us` for one KV length, in Python floats (bit-identical)."""
+        i, wn, _ = self._decode_row(n)
+        j = min(max(bisect_right(self._kg_l, kv) - 1, 0), len(self._kg_l) - 2)
+        wk = (kv - self._kg_l[j]) / self._kw_l[j]
+        a = self._dec_l[i][j] + wk * self._ddec_l[i][j]
+        b = self._dec_l[i + 1][j] + wk * self._ddec_l[i + 1][j]
+        return a + wn * (b - a)
+
+    def step_us(
+        self, prefill: Sequence[tuple[int, int]], n_decode: int, decode_kv_tokens: int
+    ) -> int:
+        """Duration of one mixed step (see the protocol)."""
+        if not prefill:
+            if n_decode <= 0:
+                return max(1, math.floor(self.overhead.us(0) + 0.5))
+            # Same operations, in the same order, as decode_run_us (checked bit for bit by the
+            # conformance suite); Python floats are ~5x faster than numpy on one element.
+            const = self._decode_row(n_decode)[2]
+            total = self._decode_attn_scalar_us(n_decode, float(decode_kv_tokens)) + const
+            return max(1, math.floor(total + 0.5))
+        tokens = n_decode
+        attn = self._floor
+        for chunk, context in prefill:
+            tokens += chunk
+            attn += self._prefill_attn_us(chunk, context) - self._floor
+        if n_decode > 0:
+            attn += self._decode_attn_scalar_us(n_decode, float(decode_kv_tokens))
+        total = self._const_us(max(tokens, 1), len(prefill) + n_decode) + attn
+        return max(1, math.floor(total + 0.5))
+
+    def decode_run_us(
+        self, n_decode: int, decode_kv_tokens: int, n_steps: int
+    ) -> npt.NDArray[np.int64]:
+        """Durations of ``n_steps`` decode-only steps (see the protocol)."""
+        if n_decode <= 0:
+            empty = max(1, math.floor(self.overhead.us(0) + 0.5))
+            return np.full(n_steps, empty, dtype=np.int64)
+        kv = decode_kv_tokens + n_decode * np.arange(n_steps, dtype=np.int64)
+        const = self._decode_row(n_decode)[2]
+        total = self._decode_attn_us(n_decode, kv.astype(np.float64)) + const
+        return np.maximum(np.floor(total + 0.5).astype(np.int64), 1)

@@ -1,0 +1,106 @@
+"""Routers: which worker gets an arriving request. Routing is a synchronous call at arrival."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from dynosim.config import DeploymentConfig
+from dynosim.engine.state import RunningRequest
+from dynosim.engine.worker import EngineWorker
+from dynosim.types import HASH_BLOCK_TOKENS
+
+
+class Router(Protocol):
+    """Picks a worker index for a request arriving at ``now_us``.
+
+    Called once per request, in arrival order; may read (never change) worker state.
+    """
+
+    def route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
+        """Index into ``workers`` of the worker that serves ``rr``."""
+        ...
+
+
+class RoundRobin:
+    """Workers in turn, ignoring their state."""
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    def route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
+        """Next worker in turn."""
+        i = self._next % len(workers)
+        self._next = i + 1
+        return i
+
+
+class RandomRouter:
+    """A uniformly random worker."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self._rng = rng
+
+    def route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
+        """A random worker."""
+        return int(self._rng.integers(len(workers)))
+
+
+class LeastLoaded:
+    """The worker with the fewest outstanding requests (ties: fewer KV blocks, then index)."""
+
+    def route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
+        """Least-loaded worker."""
+        best, best_key = 0, (1 << 62, 1 << 62)
+        for i, w in enumerate(workers):
+            w.sync(now_us)
+            key = (w.outstanding, w.load_blocks)
+            if key < best_key:
+                best, best_key = i, key
+        return best
+
+
+class KvAware:
+    """Dynamo's KV-aware cost: ``overlap_weight * new prefill blocks + active blocks``.
+
+    New prefill blocks are the prompt's blocks not already cached on the worker; active blocks
+    are those held by running requests plus the prompts queued there. The lowest cost wins
+    (ties broken at random); with ``temperature > 0`` a worker is sampled with probability
+    proportional to ``exp(-normalised cost / temperature)``.
+    """
+
+    def __init__(self, overlap_weight: float, temperature: float, rng: np.random.Generator) -> None:
+        self.overlap_weight = overlap_weight
+        self.temperature = temperature
+        self._rng = rng
+
+    def route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
+        """Lowest-cost worker, or a softmax sample."""
+        limit = min(len(rr.hashes), (rr.target - 1) // HASH_BLOCK_TOKENS)
+        costs = np.empty(len(workers))
+        for i, w in enumerate(workers):
+            w.sync(now_us)
+            bs = w.block_size
+            hit = w.kv.match(rr.hashes, limit) if limit > 0 else 0
+            prefill_blocks = -(-rr.target // bs) - hit * w.kv.unit_blocks
+            costs[i] = self.overlap_weight * prefill_blocks + w.load_blocks
+        if self.temperature > 0:
+            span = costs.max() - costs.min()
+            z = (costs - costs.min()) / span if span > 0 else np.zeros_like(costs)
+            p = np.exp(-z / self.temperature)
+            return int(self._rng.choice(len(workers), p=p / p.sum()))
+        best = np.flatnonzero(costs == costs.min())
+        return int(best[0] if best.size == 1 else self._rng.choice(best))
+
+
+def make_router(config: DeploymentConfig, rng: np.random.Generator) -> Router:
+    """The router a deployment names."""
+    if config.router == "round_robin":
+        return RoundRobin()
+    if config.router == "random":
+        return RandomRouter(rng)
+    if config.router == "least_loaded":
+        return LeastLoaded()
+    return KvAware(config.kv_router.overlap_weight, config.kv_router.temperature, rng)

@@ -1,0 +1,254 @@
+"""Wiring: workload -> router -> engine workers -> per-request records -> metrics.
+
+``Simulation`` owns the simpy environment, the random generator and the request bookkeeping;
+it is the only module that connects the parts. ``simulate()`` is the one call the optimizer
+uses.
+
+Arrivals are kept in one heap ordered by (time, request id) and dispatched by a single
+version-cancelled simpy event, so requests sent at the same instant are routed in id order
+whatever order the events that released them ran in. A request that follows another
+(``after_id``: a session's next turn, a closed-loop client's next request) is released when
+that one completes (or is rejected), after its ``delay_s``, and not before its ``arrival_s``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+from simpy.events import NORMAL
+
+from dynosim.config import DeploymentConfig
+from dynosim.engine.kv_cache import PrefixKVCache
+from dynosim.engine.state import RunningRequest
+from dynosim.engine.worker import EngineWorker
+from dynosim.errors import ConfigError
+from dynosim.metrics import Metrics, RequestRecords, summarize
+from dynosim.perf.protocol import StepTimeModel
+from dynosim.router import Router, make_router
+from dynosim.types import Request
+
+_NEVER = 1 << 62
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    """Everything a simulation produced."""
+
+    records: RequestRecords
+    metrics: Metrics
+    rejections: dict[int, str]
+    steps: int
+    events: int
+
+
+class Simulation:
+    """One run of one deployment on one workload."""
+
+    def __init__(
+        self,
+        config: DeploymentConfig,
+        requests: Sequence[Request],
+        *,
+        seed: int = 0,
+        fast_forward: bool = True,
+        timing: StepTimeModel | None = None,
+        kv_blocks: int | None = None,
+        gpu_hour_usd: float | None = None,
+    ) -> None:
+        for i, r in enumerate(requests):
+            if r.id != i:
+                raise ConfigError(
+                    "requests", f"request at position {i} has id {r.id}", "ids 0..n-1"
+                )
+            if r.after_id is not None and not 0 <= r.after_id < i:
+                raise ConfigError(f"requests[{i}].after_id", r.after_id, f"an id in [0, {i})")
+        self.config = config
+        self.requests = requests
+        self.env = simpy.Environment()
+        self.rng = np.random.default_rng(seed)
+        if timing is None or kv_blocks is None or gpu_hour_usd is None:
+            from dynosim.perf.deployment import resolve
+
+            perf = resolve(config)
+            timing = timing if timing is not None else perf.timing
+            kv_blocks = kv_blocks if kv_blocks is not None else perf.kv_blocks
+            gpu_hour_usd = gpu_hour_usd if gpu_hour_usd is not None else perf.gpu_hour_usd
+        self.gpu_hour_usd = float(gpu_hour_usd)
+        self.kv_blocks = kv_blocks
+        engine = config.engine
+        self.workers = [
+            EngineWorker(
+                i,
+                self.env,
+                engine=engine,
+                kv=PrefixKVCache(kv_blocks, engine.block_size),
+                timing=timing,
+                on_finish=self._on_finish,
+                fast_forward=fast_forward,
+            )
+            for i in range(config.workers)
+        ]
+        self.router: Router = make_router(config, self.rng)
+        n = len(requests)
+        self._arrival_us = np.full(n, -1, dtype=np.int64)
+        self._state: list[RunningRequest | None] = [None] * n
+        self._finish_us = np.full(n, -1, dtype=np.int64)
+        self._worker = np.full(n, -1, dtype=np.int64)
+        self.rejections: dict[int, str] = {}
+        self._followers: dict[int, list[int]] = {}
+        self._heap: list[tuple[int, int]] = []
+        for r in requests:
+            if r.after_id is None:
+                self._heap.append((_us(r.arrival_s), r.id))
+            else:
+                self._followers.setdefault(r.after_id, []).append(r.id)
+        heapq.heapify(self._heap)
+        self._dispatch_at = _NEVER
+        self._dispatch_version = 0
+        self._max_kv_tokens = kv_blocks * engine.block_size
+        self._max_prompt = None if engine.enable_chunked_prefill else engine.max_num_batched_tokens
+
+    # ------------------------------------------------------------------ arrivals
+    def _push(self, at_us: int, rid: int) -> None:
+        heapq.heappush(self._heap, (at_us, rid))
+        if at_us < self._dispatch_at:
+            self._schedule_dispatch(at_us)
+
+    def _schedule_dispatch(self, at_us: int) -> None:
+        self._dispatch_at = at_us
+        self._dispatch_version += 1
+        ev = simpy.Event(self.env)
+        ev._ok = True
+        ev._value = self._dispatch_version
+        ev.callbacks.append(self._on_dispatch)
+        self.env.schedule(ev, NORMAL, at_us - self.env.now)
+
+    def _on_dispatch(self, ev: simpy.Event) -> None:
+        if ev._value != self._dispatch_version:
+            return
+        now = int(self.env.now)
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            _, rid = heapq.heappop(heap)
+            self._arrive(rid, now)
+        if heap:
+            self._schedule_dispatch(heap[0][0])
+        else:
+            self._dispatch_at = _NEVER
+
+    def _arrive(self, rid: int, now: int) -> None:
+        r = self.requests[rid]
+        self._arrival_us[rid] = now
+        reason = self._never_fits(r)
+        if reason is not None:
+            self.rejections[rid] = reason
+            self._release_followers(rid, now)
+            return
+        rr = RunningRequest(r, prefix_caching=self.config.engine.enable_prefix_caching)
+        self._state[rid] = rr
+        w = self.router.route(rr, self.workers, now)
+        self._worker[rid] = w
+        self.workers[w].enqueue(rr, now)
+
+    def _never_fits(self, r: Request) -> str | None:
+        kv_tokens = r.input_tokens + r.output_tokens - 1
+        if kv_tokens > self._max_kv_tokens:
+            return f"needs {kv_tokens} KV tokens; a worker holds {self._max_kv_tokens}"
+        if self._max_prompt is not None and r.input_tokens > self._max_prompt:
+            return (
+                f"prompt of {r.input_tokens} tokens exceeds max_num_batched_tokens "
+                f"{self._max_prompt} with chunked prefill off"
+            )
+        return None
+
+    def _on_finish(self, rr: RunningRequest, now: int) -> None:
+        rid = rr.req.id
+        self._finish_us[rid] = now
+        self._release_followers(rid, now)
+
+    def _release_followers(self, rid: int, now: int) -> None:
+        for fid in self._followers.pop(rid, ()):
+            f = self.requests[fid]
+            self._push(max(now + _us(f.delay_s), _us(f.arrival_s)), fid)
+
+    # ---------------------------------------------------------------------- run
+    def run(self, *, warmup_requests: int = 0) -> SimResult:
+        """Simulate until every request has completed or been rejected."""
+        start = time.perf_counter()
+        if self._heap:
+            self._schedule_dispatch(self._heap[0][0])
+        self.env.run()
+        wall = time.perf_counter() - start
+        records = self._records()
+        lost = np.flatnonzero((records.finish_us < 0) & ~_mask(len(self.requests), self.rejections))
+        if lost.size:
+            raise RuntimeError(f"{lost.size} requests neither finished nor rejected: {lost[:5]}")
+        metrics = summarize(
+            records,
+            slo=self.config.slo,
+            gpus=self.config.gpus,
+            gpu_hour_usd=self.gpu_hour_usd,
+            warmup_requests=warmup_requests,
+            wall_s=wall,
+        )
+        return SimResult(
+            records=records,
+            metrics=metrics,
+            rejections=dict(self.rejections),
+            steps=sum(w.steps for w in self.workers),
+            events=sum(w.events for w in self.workers),
+        )
+
+    def _records(self) -> RequestRecords:
+        n = len(self.requests)
+        first = np.full(n, -1, dtype=np.int64)
+        cached = np.zeros(n, dtype=np.int64)
+        preempt = np.zeros(n, dtype=np.int64)
+        for rid, rr in enumerate(self._state):
+            if rr is not None:
+                first[rid] = rr.first_token_us
+                cached[rid] = rr.cached_tokens
+                preempt[rid] = rr.preemptions
+        return RequestRecords(
+            arrival_us=self._arrival_us.copy(),
+            first_token_us=first,
+            finish_us=self._finish_us.copy(),
+            input_tokens=np.fromiter((r.input_tokens for r in self.requests), np.int64, n),
+            output_tokens=np.fromiter((r.output_tokens for r in self.requests), np.int64, n),
+            cached_tokens=cached,
+            worker=self._worker.copy(),
+            preemptions=preempt,
+        )
+
+
+def _us(seconds: float) -> int:
+    return round(seconds * 1e6)
+
+
+def _mask(n: int, ids: dict[int, str]) -> np.ndarray:
+    m = np.zeros(n, dtype=bool)
+    m[list(ids)] = True
+    return m
+
+
+def simulate(
+    config: DeploymentConfig,
+    requests: Sequence[Request],
+    *,
+    seed: int = 0,
+    warmup_requests: int = 0,
+    fast_forward: bool = True,
+) -> Metrics:
+    """Simulate ``config`` serving ``requests``; the optimizer's only view of the simulator.
+
+    Raises:
+        ConfigError: a field is invalid for this model/GPU (e.g. TP does not divide the heads).
+        InfeasibleError: the deployment cannot run (e.g. the model does not fit in memory).
+    """
+    sim = Simulation(config, requests, seed=seed, fast_forward=fast_forward)
+    return sim.run(warmup_requests=warmup_requests).metrics

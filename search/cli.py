@@ -1,0 +1,64 @@
+"""The ``dynosim`` command line: the one place where strings become objects.
+
+Every subcommand lives in ``search/commands/<name>.py`` with ``add_parser`` and ``run``; they are
+imported lazily so that ``dynosim simulate`` does not pay for optuna, pymoo or ray. Bad input
+(``DynosimError``) becomes a one-line message on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from dynosim.errors import DynosimError
+
+COMMANDS = {
+    "simulate": "Simulate one deployment on a workload and print its metrics.",
+    "tune": "Run a multi-objective autotuning study from a study file.",
+    "resume": "Continue a stored study after a stop or a crash.",
+    "report": "Print a study's Pareto front and write CSV/HTML reports.",
+    "studies": "List the studies in a storage.",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full parser; each subcommand module adds its own arguments."""
+    parser = argparse.ArgumentParser(prog="dynosim", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, help_text in COMMANDS.items():
+        module = _command_module(name)
+        if module is None:
+            continue
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_parser(p)
+    return parser
+
+
+def _command_module(name: str):  # type: ignore[no-untyped-def]
+    try:
+        return importlib.import_module(f"search.commands.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"search.commands.{name}":
+            return None
+        raise
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``dynosim`` script."""
+    args = build_parser().parse_args(argv)
+    module = _command_module(args.command)
+    assert module is not None
+    try:
+        return int(module.run(args) or 0)
+    except DynosimError as exc:
+        print(f"dynosim {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"dynosim {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

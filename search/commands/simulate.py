@@ -1,0 +1,124 @@
+"""``dynosim simulate DEPLOYMENT.yaml (--trace FILE | --workload W.yaml)``: one simulation."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from dynosim.errors import DynosimError
+from dynosim.files import load_deployment
+from dynosim.metrics import LATENCY_METRICS, Metrics
+from dynosim.simulation import Simulation
+from dynosim.workload import Workload, head, load_trace_workload, load_workload_file, speedup
+
+
+def add_parser(p: argparse.ArgumentParser) -> None:
+    """Arguments of ``dynosim simulate``."""
+    p.add_argument("deployment", type=Path, help="deployment YAML file")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--trace", type=Path, help="trace file (Mooncake JSONL, Azure or generic CSV)")
+    src.add_argument("--workload", type=Path, help="synthetic workload YAML file")
+    p.add_argument("--json", type=Path, help="write the metrics as JSON here")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--trace-speedup", type=float, default=1.0, help="replay X times faster")
+    p.add_argument("--max-requests", type=int, help="keep only the first N requests")
+    p.add_argument(
+        "--step-by-step",
+        action="store_true",
+        help="reference mode: one event per engine step (slow; same results)",
+    )
+
+
+def load_workload(args: argparse.Namespace) -> Workload:
+    """The workload the arguments name, with transforms applied."""
+    if args.max_requests is not None and args.max_requests < 1:
+        raise DynosimError(f"--max-requests: got {args.max_requests}; allowed: an integer >= 1")
+    if args.trace is not None:
+        return load_trace_workload(
+            args.trace, speedup=args.trace_speedup, max_requests=args.max_requests
+        )
+    wl = load_workload_file(args.workload)
+    reqs = list(wl.requests)
+    if args.max_requests is not None:
+        reqs = head(reqs, args.max_requests)
+    if args.trace_speedup != 1.0:
+        reqs = speedup(reqs, args.trace_speedup)
+    return Workload(requests=tuple(reqs), warmup_requests=wl.warmup_requests, name=wl.name)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Simulate and print a table; write JSON if asked."""
+    from rich.console import Console
+
+    console = Console()
+    config = load_deployment(args.deployment)
+    workload = load_workload(args)
+    with console.status(f"simulating {len(workload.requests):,} requests..."):
+        sim = Simulation(
+            config, workload.requests, seed=args.seed, fast_forward=not args.step_by_step
+        )
+        result = sim.run(warmup_requests=workload.warmup_requests)
+    console.print(metrics_table(result.metrics, title=f"{args.deployment.name} on {workload.name}"))
+    if result.rejections:
+        first = next(iter(result.rejections.items()))
+        console.print(
+            f"[yellow]{len(result.rejections)} rejected; e.g. request {first[0]}: "
+            f"{first[1]}[/yellow]"
+        )
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "deployment": config.to_dict(),
+            "workload": workload.name,
+            "seed": args.seed,
+            "metrics": _jsonable(result.metrics.to_dict()),
+        }
+        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+        console.print(f"metrics written to {args.json}")
+    return 0
+
+
+def metrics_table(m: Metrics, *, title: str) -> Any:
+    """A rich table of the metrics serving engineers read first."""
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    t.add_column("metric")
+    for k in ("avg", "p50", "p90", "p99", "min", "max"):
+        t.add_column(k, justify="right")
+    for name in (*LATENCY_METRICS, "output_token_throughput_per_user"):
+        s = getattr(m, name)
+        unit = " (tok/s)" if name.startswith("output") else " (ms)"
+        t.add_row(
+            name + unit,
+            *(f"{getattr(s, k):,.1f}" for k in ("avg", "p50", "p90", "p99", "min", "max")),
+        )
+    scalars = [
+        ("request_throughput (req/s)", m.request_throughput),
+        ("output_token_throughput (tok/s)", m.output_token_throughput),
+        ("output_token_throughput_per_gpu (tok/s)", m.output_token_throughput_per_gpu),
+        ("goodput (req/s)", m.goodput),
+        ("prefix_cache_hit_rate", m.prefix_cache_hit_rate),
+        ("gpu_hours", m.gpu_hours),
+        ("cost_per_million_output_tokens ($)", m.cost_per_million_output_tokens),
+        ("completed_requests", m.completed_requests),
+        ("rejected_requests", m.rejected_requests),
+        ("preemptions", m.preemptions),
+        ("simulated_duration_s", m.simulated_duration_s),
+        ("wall_s", m.wall_s),
+        ("speed-up over real time", m.speedup),
+    ]
+    for label, v in scalars:
+        t.add_row(label, f"{v:,.3f}" if isinstance(v, float) else f"{v:,}", "", "", "", "", "")
+    return t
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
