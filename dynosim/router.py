@@ -53,20 +53,21 @@ class LeastLoaded:
 
     def route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
         """Least-loaded worker."""
-        best, best_key = 0, (1 << 62, 1 << 62)
+        best, best_key = 0, (1 << 62, float("inf"))
         for i, w in enumerate(workers):
             w.sync(now_us)
-            key = (w.outstanding, w.load_blocks)
+            key = (w.outstanding, w.kv.used + w.pending_prefill_blocks)
             if key < best_key:
                 best, best_key = i, key
         return best
 
 
 class KvAware:
-    """Dynamo's KV-aware cost: ``overlap_weight * new prefill blocks + active blocks``.
+    """Dynamo's KV-aware cost: ``overlap_weight * prefill blocks + active blocks``.
 
-    New prefill blocks are the prompt's blocks not already cached on the worker; active blocks
-    are those held by running requests plus the prompts queued there. The lowest cost wins
+    Prefill blocks are the prompt's blocks not already cached on the worker plus the prompt
+    blocks already routed there and not yet prefilled; active blocks are the KV blocks its
+    running requests hold. The lowest cost wins
     (ties broken at random); with ``temperature > 0`` a worker is sampled with probability
     proportional to ``exp(-normalised cost / temperature)``.
     """
@@ -85,7 +86,8 @@ class KvAware:
             bs = w.block_size
             hit = w.kv.match(rr.hashes, limit) if limit > 0 else 0
             prefill_blocks = -(-rr.target // bs) - hit * w.kv.unit_blocks
-            costs[i] = self.overlap_weight * prefill_blocks + w.load_blocks
+            prefill = prefill_blocks + w.pending_prefill_blocks
+            costs[i] = self.overlap_weight * prefill + w.kv.used
         if self.temperature > 0:
             span = costs.max() - costs.min()
             z = (costs - costs.min()) / span if span > 0 else np.zeros_like(costs)

@@ -65,7 +65,7 @@ class EngineWorker:
         self.block_size = engine.block_size
         self.chunked = engine.enable_chunked_prefill
         self.waiting: deque[RunningRequest] = deque()
-        self.queued_blocks = 0
+        self.pending_prefill = 0
         self.running: dict[int, RunningRequest] = {}
         self.prefilling: list[RunningRequest] = []
         self._next_seq = 0
@@ -93,9 +93,9 @@ class EngineWorker:
         return len(self.running) + len(self.waiting)
 
     @property
-    def load_blocks(self) -> int:
-        """KV blocks held by running requests plus the prompt blocks of queued ones."""
-        return self.kv.used + self.queued_blocks
+    def pending_prefill_blocks(self) -> float:
+        """Prompt blocks routed here and not yet prefilled (queued prompts count in full)."""
+        return self.pending_prefill / self.block_size
 
     def sync(self, now_us: int) -> None:
         """Bring the KV state up to ``now_us`` inside a fast-forwarded segment."""
@@ -107,7 +107,7 @@ class EngineWorker:
     def enqueue(self, rr: RunningRequest, now_us: int) -> None:
         """Accept a routed request at ``now_us``; an idle worker starts a step at once."""
         self.waiting.append(rr)
-        self.queued_blocks += -(-rr.target // self.block_size)
+        self.pending_prefill += rr.target
         if not self.busy:
             self._start_step(now_us)
         elif self._seg_steps > 1:
@@ -139,6 +139,7 @@ class EngineWorker:
                 self._finish(rr, now)
         for rr, chunk in self._step_prefill:
             rr.computed += chunk
+            self.pending_prefill -= chunk
             self._register_units(rr)
             if rr.computed == rr.target:
                 self.prefilling.remove(rr)
@@ -253,7 +254,7 @@ class EngineWorker:
             if need > kv.available - pinned:
                 break
             waiting.popleft()
-            self.queued_blocks -= -(-rr.target // bs)
+            self.pending_prefill -= hit_tokens
             kv.acquire(hit_units)
             kv.allocate(need)
             rr.units = list(hit_units)
@@ -319,6 +320,7 @@ class EngineWorker:
             self._leave_decode(rr)
         else:
             self.prefilling.remove(rr)
+            self.pending_prefill -= rr.target - rr.computed
         self.kv.release(rr.units, rr.blocks)
         rr.units = []
         rr.blocks = 0
@@ -327,7 +329,7 @@ class EngineWorker:
         rr.target = rr.req.input_tokens + rr.generated
         rr.preemptions += 1
         self.waiting.appendleft(rr)
-        self.queued_blocks += -(-rr.target // self.block_size)
+        self.pending_prefill += rr.target
 
 
 def describe(workers: Sequence[EngineWorker]) -> str:

@@ -54,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     console = Console()
+    if not console.is_terminal:
+        console = Console(width=120)
     config = load_deployment(args.deployment)
     workload = load_workload(args)
     with console.status(f"simulating {len(workload.requests):,} requests..."):
@@ -85,34 +87,33 @@ def metrics_table(m: Metrics, *, title: str) -> Any:
     """A rich table of the metrics serving engineers read first."""
     from rich.table import Table
 
+    stats = ("avg", "p50", "p90", "p99", "min", "max")
     t = Table(title=title, title_justify="left")
-    t.add_column("metric")
-    for k in ("avg", "p50", "p90", "p99", "min", "max"):
-        t.add_column(k, justify="right")
+    t.add_column("metric", no_wrap=True)
+    t.add_column("unit", no_wrap=True)
+    for k in stats:
+        t.add_column(k, justify="right", no_wrap=True)
     for name in (*LATENCY_METRICS, "output_token_throughput_per_user"):
         s = getattr(m, name)
-        unit = " (tok/s)" if name.startswith("output") else " (ms)"
-        t.add_row(
-            name + unit,
-            *(f"{getattr(s, k):,.1f}" for k in ("avg", "p50", "p90", "p99", "min", "max")),
-        )
+        unit = "tok/s" if name.startswith("output") else "ms"
+        t.add_row(name, unit, *(f"{getattr(s, k):,.1f}" for k in stats))
     scalars = [
-        ("request_throughput (req/s)", m.request_throughput),
-        ("output_token_throughput (tok/s)", m.output_token_throughput),
-        ("output_token_throughput_per_gpu (tok/s)", m.output_token_throughput_per_gpu),
-        ("goodput (req/s)", m.goodput),
-        ("prefix_cache_hit_rate", m.prefix_cache_hit_rate),
-        ("gpu_hours", m.gpu_hours),
-        ("cost_per_million_output_tokens ($)", m.cost_per_million_output_tokens),
-        ("completed_requests", m.completed_requests),
-        ("rejected_requests", m.rejected_requests),
-        ("preemptions", m.preemptions),
-        ("simulated_duration_s", m.simulated_duration_s),
-        ("wall_s", m.wall_s),
-        ("speed-up over real time", m.speedup),
+        ("request_throughput", "req/s", m.request_throughput),
+        ("output_token_throughput", "tok/s", m.output_token_throughput),
+        ("output_token_throughput_per_gpu", "tok/s", m.output_token_throughput_per_gpu),
+        ("goodput", "req/s", m.goodput),
+        ("prefix_cache_hit_rate", "", m.prefix_cache_hit_rate),
+        ("gpu_hours", "h", m.gpu_hours),
+        ("cost_per_million_output_tokens", "$", m.cost_per_million_output_tokens),
+        ("completed_requests", "", m.completed_requests),
+        ("rejected_requests", "", m.rejected_requests),
+        ("preemptions", "", m.preemptions),
+        ("simulated_duration_s", "s", m.simulated_duration_s),
+        ("wall_s", "s", m.wall_s),
+        ("speed-up over real time", "x", m.speedup),
     ]
-    for label, v in scalars:
-        t.add_row(label, f"{v:,.3f}" if isinstance(v, float) else f"{v:,}", "", "", "", "", "")
+    for label, unit, v in scalars:
+        t.add_row(label, unit, f"{v:,.3f}" if isinstance(v, float) else f"{v:,}")
     return t
 
 
