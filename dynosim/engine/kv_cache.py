@@ -11,6 +11,7 @@ difference is at most one unit per prompt).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 
 from dynosim.types import HASH_BLOCK_TOKENS
@@ -33,7 +34,7 @@ class PrefixKVCache:
         self.free = total_blocks
         self.evictable_blocks = 0
         self._refs: dict[int, int] = {}
-        self._evictable: dict[int, None] = {}
+        self._evictable: OrderedDict[int, None] = OrderedDict()
 
     @property
     def available(self) -> int:
@@ -80,8 +81,7 @@ class PrefixKVCache:
                 raise RuntimeError(f"KV over-allocation: {n_blocks} > {self.available}")
             ev, refs, unit = self._evictable, self._refs, self.unit_blocks
             while self.free < n_blocks:
-                h = next(iter(ev))
-                del ev[h]
+                h = ev.popitem(last=False)[0]
                 del refs[h]
                 self.free += unit
                 self.evictable_blocks -= unit
@@ -100,12 +100,14 @@ class PrefixKVCache:
         Units are released last-first, so a prompt's tail is evicted before its head.
         """
         refs, ev = self._refs, self._evictable
+        freed = 0
         for h in reversed(units):
             r = refs[h] - 1
             refs[h] = r
             if r == 0:
                 ev[h] = None
-        self.evictable_blocks += sum(1 for h in units if refs[h] == 0) * self.unit_blocks
+                freed += 1
+        self.evictable_blocks += freed * self.unit_blocks
         self.free += blocks - len(units) * self.unit_blocks
 
     def check(self) -> None:

@@ -25,6 +25,7 @@ table-format versions, so stale files are never read.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata
 import logging
@@ -34,7 +35,6 @@ import tempfile
 import warnings
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,7 +98,7 @@ class AicKey:
         )
 
 
-@contextmanager
+@contextlib.contextmanager
 def _quiet() -> Iterator[None]:
     """Silence aiconfigurator's warnings and log noise while it loads and extrapolates."""
     logger = logging.getLogger("aiconfigurator_core")
@@ -180,8 +180,12 @@ def _op_indices(evaluate: Callable[[list[int]], list[Any]]) -> tuple[list[int], 
     for i in range(256):
         try:
             name = str(evaluate([i])[0][0])
-        except Exception:  # noqa: BLE001 - out of range ends the op list
-            break
+        except Exception as err:
+            if "out of range" in str(err):
+                break  # the end of the op list
+            raise ConfigError(
+                "timing", "aic", f"roofline (AIConfigurator lacks data: {err})"
+            ) from None
         if name.endswith("_attention"):
             attn = i
         elif "logits" in name:
@@ -211,13 +215,18 @@ def build_tables(key: AicKey) -> dict[str, F64]:
             return float(sum(v[1] for v in values))
 
         tok = _log_grid(_MAX_TOKENS)
-        nonattn = [ms(h.evaluate_context_ops(ctx_ops, batch_size=1, s=int(t), x=int(t))) for t in tok]
+        nonattn = [
+            ms(h.evaluate_context_ops(ctx_ops, batch_size=1, s=int(t), x=int(t))) for t in tok
+        ]
         req = _log_grid(_MAX_REQUESTS)
         logit = [ms(h.evaluate_generation_ops([logits], batch_size=int(r), s=1)) for r in req]
         chunk = _log_grid(_MAX_TOKENS)
         ctx = _log_grid(_MAX_TOKENS, zero=True)
         prefill = [
-            [ms(h.evaluate_context_ops([ctx_attn], batch_size=1, s=int(c), prefix=int(p))) for p in ctx]
+            [
+                ms(h.evaluate_context_ops([ctx_attn], batch_size=1, s=int(c), prefix=int(p)))
+                for p in ctx
+            ]
             for c in chunk
         ]
         dec_n = _log_grid(_MAX_REQUESTS)
@@ -262,15 +271,12 @@ def aic_tables(key: AicKey) -> dict[str, F64]:
     path = cache_dir() / key.filename()
     try:
         with np.load(path, allow_pickle=False) as data:
-            tables = {name: np.asarray(data[name], dtype=np.float64) for name in _TABLE_NAMES}
-        return tables
+            return {name: np.asarray(data[name], dtype=np.float64) for name in _TABLE_NAMES}
     except (OSError, KeyError, ValueError):
-        pass
+        pass  # missing or unreadable: rebuild
     tables = build_tables(key)
-    try:
+    with contextlib.suppress(OSError):  # a read-only cache is not an error
         _save_atomic(path, tables)
-    except OSError:
-        pass  # a read-only cache is not an error; the in-memory copy still serves
     return tables
 
 
@@ -293,15 +299,15 @@ class AicStepTime:
         """Wrap precomputed ``tables`` (see :func:`build_tables`) and a framework overhead."""
         self.overhead = overhead
         t = {k: np.ascontiguousarray(v, dtype=np.float64) for k, v in tables.items()}
-        self._tok = t["tok_grid"].tolist()
-        self._nonattn = t["nonattn_us"].tolist()
-        self._req = t["req_grid"].tolist()
-        self._logits = t["logits_us"].tolist()
-        self._chunk = t["chunk_grid"].tolist()
-        self._ctx = t["ctx_grid"].tolist()
-        self._prefill = t["prefill_us"].tolist()
-        self._floor = self._prefill[0][0]
-        self._dn = t["dec_n_grid"].tolist()
+        self._tok: list[float] = t["tok_grid"].tolist()
+        self._nonattn: list[float] = t["nonattn_us"].tolist()
+        self._req: list[float] = t["req_grid"].tolist()
+        self._logits: list[float] = t["logits_us"].tolist()
+        self._chunk: list[float] = t["chunk_grid"].tolist()
+        self._ctx: list[float] = t["ctx_grid"].tolist()
+        self._prefill: list[list[float]] = t["prefill_us"].tolist()
+        self._floor: float = self._prefill[0][0]
+        self._dn: list[float] = t["dec_n_grid"].tolist()
         self._kg = t["dec_k_grid"]
         self._kw = np.diff(self._kg)
         self._dec = t["decode_us"]

@@ -105,7 +105,9 @@ class ModelSpec:
     def mlp_params_per_layer(self) -> int:
         """MLP weights of one layer (all experts and the router for MoE)."""
         if self.is_moe:
-            return self.experts * 3 * self.hidden * self.moe_intermediate + self.hidden * self.experts
+            return (
+                self.experts * 3 * self.hidden * self.moe_intermediate + self.hidden * self.experts
+            )
         return 3 * self.hidden * self.intermediate
 
     @property

@@ -1,0 +1,207 @@
+"""Conformance suite of the StepTimeModel protocol, over every implementation."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dynosim.config import DeploymentConfig
+from dynosim.errors import ConfigError
+from dynosim.perf import aic
+from dynosim.perf.factory import step_time_model
+from dynosim.perf.protocol import StepTimeModel
+
+MODEL = "meta-llama/Meta-Llama-3.1-8B"
+IMPLEMENTATIONS = ["aic", "roofline"]
+
+
+@pytest.fixture(scope="session")
+def cache_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A fresh on-disk cache: AIC tables are built from the installed package, offline."""
+    root = tmp_path_factory.mktemp("dynosim_cache")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DYNOSIM_CACHE_DIR", str(root))
+    aic.aic_tables.cache_clear()
+    yield root
+    mp.undo()
+    aic.aic_tables.cache_clear()
+
+
+@pytest.fixture(scope="session", params=IMPLEMENTATIONS)
+def model(request: pytest.FixtureRequest, cache_root: Path) -> StepTimeModel:
+    cfg = DeploymentConfig(model=MODEL, gpu="h100_sxm", backend="trtllm", timing=request.param)
+    return step_time_model(cfg)
+
+
+def test_positive_int(model: StepTimeModel) -> None:
+    for shape in [((), 1, 1), (((1, 0),), 0, 0), (((8192, 50_000),), 200, 400_000), ((), 0, 0)]:
+        d = model.step_us(*shape)
+        assert isinstance(d, int)
+        assert d >= 1
+    run = model.decode_run_us(4, 400, 10)
+    assert run.dtype == np.int64
+    assert (run >= 1).all()
+
+
+def test_deterministic(model: StepTimeModel) -> None:
+    shape = (((512, 1000), (64, 0)), 17, 17 * 900)
+    assert len({model.step_us(*shape) for _ in range(5)}) == 1
+    a = model.decode_run_us(33, 33 * 700, 50)
+    assert np.array_equal(a, model.decode_run_us(33, 33 * 700, 50))
+
+
+LENGTHS = [1, 2, 3, 7, 16, 100, 513, 1024, 4000, 8192, 30_000, 200_000]
+
+
+def test_monotone_in_prefill_tokens(model: StepTimeModel) -> None:
+    for ctx in [0, 100, 5000]:
+        times = [model.step_us(((c, ctx),), 8, 8000) for c in LENGTHS]
+        assert times == sorted(times)
+
+
+def test_monotone_in_context(model: StepTimeModel) -> None:
+    for chunk in [1, 256, 2048]:
+        times = [model.step_us(((chunk, p),), 0, 0) for p in [0, *LENGTHS]]
+        assert times == sorted(times)
+
+
+def test_monotone_in_more_prefill_requests(model: StepTimeModel) -> None:
+    times = [model.step_us(tuple((128, 64) for _ in range(k)), 4, 4000) for k in range(1, 20)]
+    assert times == sorted(times)
+
+
+@pytest.mark.parametrize("kv_per_request", [1, 100, 2000, 60_000])
+def test_monotone_in_decode_batch(model: StepTimeModel, kv_per_request: int) -> None:
+    ns = [1, 2, 3, 5, 8, 13, 64, 100, 256, 1000, 4096]
+    same_per_request = [model.step_us((), n, n * kv_per_request) for n in ns]
+    assert same_per_request == sorted(same_per_request)
+    same_total = [model.step_us((), n, 4096 * kv_per_request) for n in ns]
+    assert same_total == sorted(same_total)
+    mixed = [model.step_us(((256, 0),), n, n * kv_per_request) for n in ns]
+    assert mixed == sorted(mixed)
+
+
+@pytest.mark.parametrize("n", [1, 7, 64, 300])
+def test_monotone_in_kv(model: StepTimeModel, n: int) -> None:
+    times = [model.step_us((), n, n * kv) for kv in LENGTHS]
+    assert times == sorted(times)
+    run = model.decode_run_us(n, n, 5000)
+    assert (np.diff(run) >= 0).all()
+
+
+@pytest.mark.parametrize(
+    ("n", "kv", "k"),
+    [
+        (1, 1, 300),
+        (3, 10, 1000),
+        (16, 16 * 1000, 2000),
+        (77, 77 * 123, 500),
+        (256, 256 * 4000, 300),
+        (1000, 1000 * 20, 100),
+        (5000, 5000 * 3000, 50),
+        (2, 1 << 27, 20),
+    ],
+)
+def test_decode_run_equals_stepping(model: StepTimeModel, n: int, kv: int, k: int) -> None:
+    run = model.decode_run_us(n, kv, k)
+    assert run.shape == (k,)
+    stepped = [model.step_us((), n, kv + j * n) for j in range(k)]
+    assert run.tolist() == stepped
+
+
+def test_decode_run_equals_stepping_random(model: StepTimeModel) -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n = int(rng.integers(1, 3000))
+        kv = n * int(rng.integers(1, 50_000))
+        k = int(rng.integers(1, 40))
+        assert model.decode_run_us(n, kv, k).tolist() == [
+            model.step_us((), n, kv + j * n) for j in range(k)
+        ]
+
+
+def test_decode_run_zero_steps(model: StepTimeModel) -> None:
+    assert model.decode_run_us(8, 800, 0).shape == (0,)
+
+
+@pytest.mark.parametrize("timing", IMPLEMENTATIONS)
+def test_unknown_model_is_config_error(timing: str) -> None:
+    cfg = DeploymentConfig(model="nope/nope", gpu="h100_sxm", timing=timing)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="model"):
+        step_time_model(cfg)
+
+
+@pytest.mark.parametrize("timing", IMPLEMENTATIONS)
+def test_fp8_on_a100_is_config_error(timing: str) -> None:
+    cfg = DeploymentConfig(model=MODEL, gpu="a100_sxm", dtype="fp8", timing=timing)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="dtype"):
+        step_time_model(cfg)
+
+
+# --- AIC specifics -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def aic_pair(cache_root: Path) -> tuple[StepTimeModel, object]:
+    cfg = DeploymentConfig(
+        model=MODEL, gpu="h100_sxm", backend="trtllm", timing="aic", framework_overhead_us=0.0
+    )
+    from aiconfigurator_core.sdk.engine import EngineHandle
+
+    logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
+    handle = EngineHandle.compile(MODEL, "h100_sxm", "trtllm", tp_size=1)
+    return step_time_model(cfg), handle
+
+
+@pytest.mark.parametrize("isl", [128, 1024, 3000, 8192])
+def test_aic_prefill_matches_aiconfigurator(
+    aic_pair: tuple[StepTimeModel, object], isl: int
+) -> None:
+    model, handle = aic_pair
+    ref_us = handle.predict_prefill_latency(1, isl, 0) * 1000  # type: ignore[attr-defined]
+    assert model.step_us(((isl, 0),), 0, 0) == pytest.approx(ref_us, rel=0.05)
+
+
+def test_aic_prefill_with_prefix(aic_pair: tuple[StepTimeModel, object]) -> None:
+    model, handle = aic_pair
+    ref_us = handle.predict_prefill_latency(1, 2048, 1024) * 1000  # type: ignore[attr-defined]
+    assert model.step_us(((1024, 1024),), 0, 0) == pytest.approx(ref_us, rel=0.1)
+
+
+@pytest.mark.parametrize(("batch", "kv"), [(1, 128), (8, 1024), (64, 2048), (256, 1000)])
+def test_aic_decode_matches_aiconfigurator(
+    aic_pair: tuple[StepTimeModel, object], batch: int, kv: int
+) -> None:
+    model, handle = aic_pair
+    ref_us = handle.predict_decode_latency(batch, kv) * 1000  # type: ignore[attr-defined]
+    assert model.step_us((), batch, batch * kv) == pytest.approx(ref_us, rel=0.1)
+
+
+def test_aic_disk_cache(cache_root: Path) -> None:
+    cfg = DeploymentConfig(model=MODEL, gpu="h100_sxm", backend="trtllm")
+    key = aic.resolve_key(cfg)
+    aic.aic_tables(key)
+    path = cache_root / "aic" / key.filename()
+    assert path.is_file()
+    assert aic.aic_version() in path.name
+    assert not list(path.parent.glob("*.tmp"))
+    aic.aic_tables.cache_clear()
+    loaded = aic.aic_tables(key)  # from disk this time
+    with np.load(path) as data:
+        assert np.array_equal(loaded["decode_us"], data["decode_us"])
+
+
+def test_overhead_override_adds_constant(cache_root: Path) -> None:
+    base = DeploymentConfig(
+        model=MODEL, gpu="h100_sxm", backend="trtllm", framework_overhead_us=0.0
+    )
+    for timing in IMPLEMENTATIONS:
+        cfg = replace(base, timing=timing)
+        a = step_time_model(cfg)
+        b = step_time_model(replace(cfg, framework_overhead_us=1000.0))
+        assert b.step_us((), 4, 400) - a.step_us((), 4, 400) in (999, 1000, 1001)
