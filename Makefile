@@ -20,8 +20,7 @@ $(STAMP): pyproject.toml | $(VENV)/bin/python
 	touch $@ $(RUN_STAMP)
 
 run: $(RUN_STAMP)
-	$(BIN)/dynosim simulate examples/llama8b_h200_vllm.yaml \
-		--trace ../shared/data/traces/mooncake/conversation_trace.jsonl --json runs/simulate.json
+	$(BIN)/dynosim tune experiments/quickstart.yaml
 
 test: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,0 +1,90 @@
+"""``dynosim report NAME --storage URL [--out DIR]``: Pareto table, best config per SLO, files."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from search.study_file import DEFAULT_STORAGE
+
+if TYPE_CHECKING:
+    import optuna
+
+
+def add_parser(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``report``."""
+    parser.add_argument("name", help="study name (see `dynosim studies`)")
+    parser.add_argument(
+        "--storage",
+        default=DEFAULT_STORAGE,
+        help=f"journal file, sqlite:///FILE or SQLAlchemy URL (default {DEFAULT_STORAGE})",
+    )
+    parser.add_argument(
+        "--out", type=Path, help="directory for CSV and HTML files (default runs/report-NAME)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the study summary, its Pareto front and best config per SLO; write the files."""
+    from rich.console import Console
+
+    from search.report import best_lines, load_study, pareto_table, write_report
+
+    study = load_study(args.storage, args.name)
+    wide = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160
+    console = Console(width=wide)  # piped to a file: do not squeeze the table into 80 columns
+    console.print(study_summary(study) + "\n", highlight=False, markup=False)
+    table = pareto_table(study)
+    if table.row_count:
+        console.print(table)
+    else:
+        console.print("[yellow]no feasible trial yet: no Pareto front[/yellow]")
+    console.print("\n[bold]best configuration under each SLO[/bold] (best first objective)")
+    for line in best_lines(study):
+        console.print(f"  {line}", highlight=False, markup=False)
+    out = args.out if args.out is not None else Path("runs") / f"report-{args.name}"
+    paths = write_report(study, out)
+    console.print("\nwrote " + "  ".join(str(p) for p in paths.values()), highlight=False)
+    return 0
+
+
+def study_summary(study: optuna.Study) -> str:
+    """A few lines: status, trial counts, hypervolume, objectives, SLOs, why trials failed."""
+    from collections import Counter
+
+    import optuna
+
+    from search.report import (
+        constraint_label,
+        is_feasible,
+        metric_label,
+        objectives,
+        slo_constraints,
+    )
+
+    trials = study.get_trials(deepcopy=False)
+    states = Counter(t.state for t in trials)
+    ts = optuna.trial.TrialState
+    n_feasible = sum(is_feasible(t) for t in trials)
+    history = study.user_attrs.get("hv_history") or []
+    hv = f", hypervolume {history[-1][1]:.4f} after {history[-1][0]} trials" if history else ""
+    objs = ", ".join(f"{d} {metric_label(m)}" for m, d in objectives(study))
+    slos = ", ".join(constraint_label(c) for c in slo_constraints(study)) or "none"
+    lines = [
+        f"study {study.study_name}: {study.user_attrs.get('status', '-')}; {len(trials)} trials "
+        f"({states[ts.COMPLETE]} complete, {states[ts.RUNNING]} running, {states[ts.FAIL]} "
+        f"failed), {n_feasible} feasible{hv}",
+        f"objectives: {objs}; SLOs: {slos}",
+    ]
+    reasons = Counter(
+        " ".join(str(t.user_attrs.get("infeasible_reason") or "constraint violated").split())[:100]
+        for t in trials
+        if t.state == ts.COMPLETE and not is_feasible(t)
+    )
+    if reasons:
+        top = "; ".join(f"{n}x {r}" for r, n in reasons.most_common(3))
+        lines.append(f"infeasible: {top}")
+    return "\n".join(lines)

@@ -1,0 +1,201 @@
+"""Evaluation: knob values in, a scored :class:`TrialResult` out.
+
+:func:`evaluate_one` is pure and in-process; the evaluators only decide where it runs.
+:class:`LocalEvaluator` runs it in the driver (tests, debugging); ``search.ray_evaluator``
+runs it as Ray tasks. Every failure of a config (it does not build, does not fit, the simulator
+raises) becomes an infeasible result with the reason, never an exception.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from dynosim.errors import DynosimError
+from search.problem import Problem, config_hash
+from search.space import Params
+
+if TYPE_CHECKING:
+    from dynosim.config import DeploymentConfig
+    from dynosim.types import Request
+
+SimulateFn = Callable[..., Any]
+"""``simulate(config, requests, *, seed, warmup_requests) -> Metrics`` (``dynosim.simulate``)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrialResult:
+    """One evaluation, as stored and as told to an optimizer.
+
+    Attributes:
+        params: The knob values (active knobs only).
+        config: ``DeploymentConfig.to_dict()``, or the unvalidated merge if it did not build.
+        config_hash: sha256 of config + workload id + seed; equal hashes are evaluated once.
+        metrics: ``Metrics.flat()``, or ``{}`` when the config could not run.
+        values: Objective values in study directions (penalties when not runnable).
+        constraints: Constraint values, ``<= 0`` satisfied (see ``search.problem``).
+        feasible: The config ran and met every constraint.
+        reason: Why it is infeasible, or ``None``.
+        seed: The simulation seed.
+        wall_s: Wall time of the evaluation.
+    """
+
+    params: Params
+    config: dict[str, Any]
+    config_hash: str
+    metrics: dict[str, float]
+    values: tuple[float, ...]
+    constraints: tuple[float, ...]
+    feasible: bool
+    reason: str | None
+    seed: int
+    wall_s: float
+
+    @property
+    def runnable(self) -> bool:
+        """True when the config built and the simulation produced metrics."""
+        return bool(self.metrics)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvalContext:
+    """What every evaluation of a study shares (small and picklable; requests travel apart)."""
+
+    problem: Problem
+    workload_id: str
+    seed: int = 0
+    warmup_requests: int = 0
+    simulate_fn: SimulateFn | None = None
+
+
+def prepare(
+    ctx: EvalContext, params: Params
+) -> tuple[DeploymentConfig | None, dict[str, Any], str, str | None]:
+    """Build the config and its hash before any simulation.
+
+    Returns:
+        ``(config or None, config dict, config hash, infeasibility reason or None)``.
+    """
+    try:
+        config = ctx.problem.to_config(params)
+    except DynosimError as exc:
+        data = ctx.problem.config_dict(params)
+        return None, data, config_hash(data, ctx.workload_id, ctx.seed), str(exc)
+    data = config.to_dict()
+    return config, data, config_hash(data, ctx.workload_id, ctx.seed), None
+
+
+def evaluate_one(ctx: EvalContext, params: Params, requests: Sequence[Request]) -> TrialResult:
+    """Simulate one configuration and score it; never raises for a bad config.
+
+    Args:
+        ctx: The study's shared context (problem, seed, simulate function).
+        params: Knob values.
+        requests: The workload.
+
+    Returns:
+        The scored result; infeasible with a reason when the config cannot run.
+    """
+    t0 = time.perf_counter()
+    config, data, digest, reason = prepare(ctx, params)
+    problem = ctx.problem
+    metrics: dict[str, float] = {}
+    if config is not None:
+        simulate = ctx.simulate_fn if ctx.simulate_fn is not None else _default_simulate()
+        try:
+            result = simulate(config, requests, seed=ctx.seed, warmup_requests=ctx.warmup_requests)
+            metrics = {k: float(v) for k, v in result.flat().items()}
+        except DynosimError as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # a simulator bug must not end a long study
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            at = f"{where.filename}:{where.lineno}"
+            reason = f"simulator error {type(exc).__name__}: {exc} ({at})"
+    score = problem.score(metrics) if metrics else problem.penalty(reason or "no metrics")
+    return TrialResult(
+        params=dict(params),
+        config=data,
+        config_hash=digest,
+        metrics=metrics,
+        values=score.values,
+        constraints=score.constraints,
+        feasible=score.feasible,
+        reason=score.reason,
+        seed=ctx.seed,
+        wall_s=time.perf_counter() - t0,
+    )
+
+
+def _default_simulate() -> SimulateFn:
+    from dynosim import simulate
+
+    return simulate
+
+
+class Evaluator(Protocol):
+    """Runs evaluations, possibly many at once.
+
+    Call order: ``submit`` up to ``capacity`` evaluations, then ``wait`` for at least one to
+    finish, submit more, ...; ``close`` once. Results come back tagged with the caller's tag, in
+    completion order.
+    """
+
+    @property
+    def capacity(self) -> int:
+        """How many evaluations can usefully run at once."""
+        ...
+
+    @property
+    def in_flight(self) -> int:
+        """Submitted evaluations not yet returned by ``wait``."""
+        ...
+
+    def submit(self, tag: int, params: Params) -> None:
+        """Start evaluating ``params``; its result comes back with ``tag``."""
+        ...
+
+    def wait(self) -> list[tuple[int, TrialResult]]:
+        """Block until at least one evaluation is done (``[]`` when none is in flight)."""
+        ...
+
+    def close(self) -> None:
+        """Release resources; in-flight evaluations are abandoned."""
+        ...
+
+
+class LocalEvaluator:
+    """Evaluates in the calling process, one at a time, in submission order."""
+
+    def __init__(self, ctx: EvalContext, requests: Sequence[Request]) -> None:
+        self._ctx = ctx
+        self._requests = requests
+        self._queue: deque[tuple[int, Params]] = deque()
+
+    @property
+    def capacity(self) -> int:
+        """One at a time."""
+        return 1
+
+    @property
+    def in_flight(self) -> int:
+        """Queued evaluations."""
+        return len(self._queue)
+
+    def submit(self, tag: int, params: Params) -> None:
+        """Queue ``params``; it runs on the next ``wait``."""
+        self._queue.append((tag, params))
+
+    def wait(self) -> list[tuple[int, TrialResult]]:
+        """Run the oldest queued evaluation."""
+        if not self._queue:
+            return []
+        tag, params = self._queue.popleft()
+        return [(tag, evaluate_one(self._ctx, params, self._requests))]
+
+    def close(self) -> None:
+        """Drop anything queued."""
+        self._queue.clear()

@@ -1,0 +1,119 @@
+"""Any Optuna sampler behind ask/tell, on a private in-memory study.
+
+The adapter never touches the study's persistent storage (only the driver writes there). Its
+in-memory study holds the sampler's view: the trials it asked (RUNNING until told, which TPE's
+constant liar uses) and every told or replayed result with its constraint values, so samplers
+treat infeasible configs as infeasible. Replayed trials of a genetic sampler (NSGA-II/III) get
+a generation number from their order, so the sampler uses them as parents after a resume.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from search.evaluator import TrialResult
+from search.problem import params_key
+from search.space import Knob, Params, Space
+
+if TYPE_CHECKING:
+    import optuna
+
+
+def distribution(knob: Knob) -> optuna.distributions.BaseDistribution:
+    """The Optuna distribution of a knob."""
+    from optuna.distributions import (
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+    )
+
+    if knob.kind == "choice":
+        return CategoricalDistribution(list(knob.values))
+    if knob.kind == "int":
+        step = int(knob.step) if knob.step is not None else 1
+        return IntDistribution(int(knob.low), int(knob.high), log=knob.log, step=step)
+    return FloatDistribution(knob.low, knob.high, log=knob.log, step=knob.step)
+
+
+def distributions(space: Space, params: Params) -> dict[str, Any]:
+    """Distributions of the knobs present in ``params``."""
+    return {name: distribution(space.knob(name)) for name in params}
+
+
+def _suggest(trial: optuna.trial.Trial, knob: Knob) -> Any:
+    if knob.kind == "choice":
+        return trial.suggest_categorical(knob.name, list(knob.values))
+    if knob.kind == "int":
+        step = int(knob.step) if knob.step is not None else 1
+        return trial.suggest_int(knob.name, int(knob.low), int(knob.high), step=step, log=knob.log)
+    return trial.suggest_float(knob.name, knob.low, knob.high, step=knob.step, log=knob.log)
+
+
+class OptunaOptimizer:
+    """Wraps an Optuna sampler instance.
+
+    Args:
+        space: The knobs.
+        sampler: A configured sampler (seeded by the caller).
+        directions: Objective directions, ``"maximize"``/``"minimize"``.
+    """
+
+    def __init__(
+        self, space: Space, sampler: optuna.samplers.BaseSampler, directions: Sequence[str]
+    ) -> None:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self._optuna = optuna
+        self._space = space
+        self._sampler = sampler
+        self._study = optuna.create_study(directions=[str(d) for d in directions], sampler=sampler)  # type: ignore[misc]
+        self._pending: dict[str, deque[optuna.trial.Trial]] = defaultdict(deque)
+        self._replayed = 0
+
+    @property
+    def study(self) -> optuna.Study:
+        """The private in-memory study (for inspection in tests)."""
+        return self._study
+
+    def ask(self, n: int) -> list[Params]:
+        """``n`` proposals, each an Optuna trial left RUNNING until told."""
+        out: list[Params] = []
+        for _ in range(n):
+            trial = self._study.ask()
+            params: Params = {}
+            for knob in self._space.knobs:
+                if knob.active(params):
+                    params[knob.name] = _suggest(trial, knob)
+            self._pending[params_key(params)].append(trial)
+            out.append(params)
+        return out
+
+    def tell(self, results: Sequence[TrialResult]) -> None:
+        """Finish the matching asked trials; add unknown results as replayed trials."""
+        for r in results:
+            queue = self._pending.get(params_key(r.params))
+            if queue:
+                trial = queue.popleft()
+                for i, c in enumerate(r.constraints):
+                    trial.set_constraint(str(i), c)
+                self._study.tell(trial, list(r.values))
+            else:
+                self._replay(r)
+
+    def _replay(self, r: TrialResult) -> None:
+        system_attrs: dict[str, Any] = {"constraints": list(r.constraints)}
+        population = getattr(self._sampler, "population_size", None)
+        key = getattr(self._sampler, "_get_generation_key", None)
+        if population and key is not None:
+            system_attrs[key()] = self._replayed // population
+        self._replayed += 1
+        trial = self._optuna.trial.create_trial(
+            params=dict(r.params),
+            distributions=distributions(self._space, r.params),
+            values=list(r.values),
+            system_attrs=system_attrs,
+        )
+        self._study.add_trial(trial)

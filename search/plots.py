@@ -1,0 +1,284 @@
+"""Interactive plotly figures of a study: Pareto front, objective matrix, convergence.
+
+Every HTML file embeds plotly.js, so reports open offline and can be mailed as one file.
+Points are trials; hovering shows the trial number, its objectives and key metrics with units,
+and every knob. Configs that could not run (penalty values, no metrics) are not plotted.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from search.report import (
+    KEY_METRICS,
+    format_value,
+    is_feasible,
+    is_runnable,
+    metric_label,
+    objectives,
+    pareto_trials,
+)
+
+if TYPE_CHECKING:
+    import optuna
+    import plotly.graph_objects as go
+    from optuna.trial import FrozenTrial
+
+FRONT_COLOR = "#d62728"
+FEASIBLE_COLOR = "#1f77b4"
+INFEASIBLE_COLOR = "#7f7f7f"
+
+
+def hover_text(trial: FrozenTrial, study_objectives: Sequence[tuple[str, str]]) -> str:
+    """Hover label of one trial: objectives, key metrics, knobs, and why it is infeasible."""
+    metrics = trial.user_attrs.get("metrics") or {}
+    lines = [f"<b>trial #{trial.number}</b>"]
+    shown = set()
+    for (m, _), v in zip(study_objectives, trial.values or (), strict=False):
+        lines.append(f"{metric_label(m)}: {format_value(m, v)}")
+        shown.add(m)
+    lines += [
+        f"{metric_label(m)}: {format_value(m, metrics[m])}"
+        for m in KEY_METRICS
+        if m in metrics and m not in shown
+    ]
+    lines.append("—")
+    lines += [f"{k}={v}" for k, v in sorted(trial.params.items())]
+    if not is_feasible(trial):
+        reason = trial.user_attrs.get("infeasible_reason") or "constraint violated"
+        lines.append(f"<i>infeasible: {html.escape(str(reason))}</i>")
+    return "<br>".join(lines)
+
+
+def _groups(study: optuna.Study) -> tuple[list[Any], list[Any], list[Any], int]:
+    """(Pareto, other feasible, runnable-but-infeasible) trials and the count not runnable."""
+    front = pareto_trials(study)
+    on_front = {t.number for t in front}
+    trials = study.get_trials(deepcopy=False)
+    feasible = [t for t in trials if is_feasible(t) and t.number not in on_front]
+    infeasible = [t for t in trials if is_runnable(t) and not is_feasible(t)]
+    not_run = sum(1 for t in trials if t.values and not is_runnable(t) and not is_feasible(t))
+    return front, feasible, infeasible, not_run
+
+
+def _axis(metric: str, direction: str) -> str:
+    return f"{metric_label(metric)} {'↑ better' if direction == 'maximize' else '↓ better'}"
+
+
+def pareto_figures(study: optuna.Study) -> list[go.Figure]:
+    """The Pareto scatter of the first two objectives, plus a scatter matrix for 3+."""
+    figs = [pareto_scatter(study)]
+    if len(study.directions) >= 3:
+        figs.append(objective_matrix(study))
+    return figs
+
+
+def pareto_scatter(study: optuna.Study) -> go.Figure:
+    """All trials faded, infeasible ones as crosses, the feasible front highlighted and joined.
+
+    With one objective the x axis is the trial number.
+    """
+    import plotly.graph_objects as go
+
+    objs = objectives(study)
+    front, feasible, infeasible, not_run = _groups(study)
+    one = len(objs) == 1
+
+    def xy(trials: Sequence[FrozenTrial]) -> tuple[list[float], list[float]]:
+        if one:
+            return [t.number for t in trials], [t.values[0] for t in trials]
+        return [t.values[0] for t in trials], [t.values[1] for t in trials]
+
+    fig = go.Figure()
+    styles = (
+        ("infeasible (SLO violated)", infeasible, INFEASIBLE_COLOR, "x", 0.45, "markers"),
+        ("feasible", feasible, FEASIBLE_COLOR, "circle", 0.35, "markers"),
+        ("Pareto front", front, FRONT_COLOR, "diamond", 1.0, "lines+markers"),
+    )
+    for name, trials, color, symbol, opacity, mode in styles:
+        x, y = xy(trials)
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=y,
+                mode=mode if not one else "markers",
+                name=f"{name} ({len(trials)})",
+                marker={"color": color, "symbol": symbol, "size": 10 if opacity == 1 else 7},
+                line={"color": color, "width": 1.5},
+                opacity=opacity,
+                text=[hover_text(t, objs) for t in trials],
+                hovertemplate="%{text}<extra></extra>",
+            )
+        )
+    note = f"; {not_run} configs could not run (not shown)" if not_run else ""
+    fig.update_layout(
+        title=f"{study.study_name}: Pareto front ({len(front)} configs){note}",
+        xaxis_title="trial" if one else _axis(*objs[0]),
+        yaxis_title=_axis(*objs[0 if one else 1]),
+        hovermode="closest",
+        template="plotly_white",
+        legend={"orientation": "h", "y": -0.15},
+    )
+    return fig
+
+
+def objective_matrix(study: optuna.Study) -> go.Figure:
+    """Scatter matrix of every objective: feasible trials faded, the Pareto front highlighted."""
+    import plotly.graph_objects as go
+
+    objs = objectives(study)
+    front, feasible, _, _ = _groups(study)
+    fig = go.Figure()
+    for name, trials, color, opacity in (
+        ("feasible", feasible, FEASIBLE_COLOR, 0.35),
+        ("Pareto front", front, FRONT_COLOR, 1.0),
+    ):
+        dims = [
+            {"label": metric_label(m), "values": [t.values[i] for t in trials]}
+            for i, (m, _) in enumerate(objs)
+        ]
+        fig.add_trace(
+            go.Splom(
+                dimensions=dims,
+                name=f"{name} ({len(trials)})",
+                marker={"color": color, "size": 6, "opacity": opacity},
+                text=[hover_text(t, objs) for t in trials],
+                hovertemplate="%{text}<extra></extra>",
+                diagonal_visible=False,
+            )
+        )
+    fig.update_layout(
+        title=f"{study.study_name}: all objectives (feasible trials)",
+        template="plotly_white",
+        height=250 * len(objs),
+        width=250 * len(objs) + 150,
+    )
+    return fig
+
+
+def recomputed_hypervolume(study: optuna.Study) -> tuple[list[int], list[float]]:
+    """Hypervolume of the feasible front after each COMPLETE trial (in trial-number order).
+
+    Uses the stored ``hv_reference`` when there is one, so values match the stored history;
+    otherwise bounds from every feasible point.
+    """
+    import optuna
+
+    from search.convergence import REFERENCE, HypervolumeTracker
+
+    dirs = [d for _, d in objectives(study)]
+    done = [
+        t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE
+    ]
+    done.sort(key=lambda t: t.number)
+    pts = np.array([t.values for t in done if is_feasible(t)], dtype=float)
+    if len(pts) == 0:
+        return list(range(1, len(done) + 1)), [0.0] * len(done)
+    ref = study.user_attrs.get("hv_reference")
+    if not ref:
+        lo, hi = pts.min(axis=0), pts.max(axis=0)
+        pad = np.where(hi > lo, 0.0, np.maximum(np.abs(lo), 1.0) * 0.5)
+        bounds = [[float(a), float(b)] for a, b in zip(lo - pad, hi + pad, strict=True)]
+        ref = {"point": [REFERENCE] * len(dirs), "bounds": bounds}
+    tracker = HypervolumeTracker(dirs, reference=ref)
+    hv, out = 0.0, []
+    for t in done:
+        if is_feasible(t):
+            tracker.add([t.values])
+            hv = tracker.hypervolume()
+        out.append(hv)
+    return list(range(1, len(done) + 1)), out
+
+
+def convergence_figure(study: optuna.Study) -> go.Figure:
+    """Hypervolume vs trials (stored per generation, recomputed per trial) and best objective."""
+    import optuna
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    objs = objectives(study)
+    metric, direction = objs[0]
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
+    history = study.user_attrs.get("hv_history") or []
+    if history:
+        fig.add_trace(
+            go.Scatter(
+                x=[h[0] for h in history],
+                y=[h[1] for h in history],
+                mode="lines+markers",
+                name="hypervolume (stored, per generation)",
+                line={"color": FRONT_COLOR},
+            ),
+            row=1,
+            col=1,
+        )
+    x, hv = recomputed_hypervolume(study)
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=hv,
+            mode="lines",
+            line={"color": INFEASIBLE_COLOR, "dash": "dot", "shape": "hv"},
+            name="hypervolume (recomputed per trial)",
+        ),
+        row=1,
+        col=1,
+    )
+    done = [
+        t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE
+    ]
+    done.sort(key=lambda t: t.number)
+    sign = 1.0 if direction == "maximize" else -1.0
+    xs, ys, bx, by, best = [], [], [], [], None
+    for i, t in enumerate(done, start=1):
+        if is_feasible(t):
+            v = t.values[0]
+            xs.append(i)
+            ys.append(v)
+            best = v if best is None or sign * v > sign * best else best
+        if best is not None:
+            bx.append(i)
+            by.append(best)
+    fig.add_trace(
+        go.Scatter(x=xs, y=ys, mode="markers", name=f"feasible {metric_label(metric, unit=False)}",
+                   marker={"color": FEASIBLE_COLOR, "size": 5}, opacity=0.4),
+        row=2, col=1,
+    )  # fmt: skip
+    fig.add_trace(
+        go.Scatter(x=bx, y=by, mode="lines", name="best so far",
+                   line={"color": FEASIBLE_COLOR, "shape": "hv"}),
+        row=2, col=1,
+    )  # fmt: skip
+    status = study.user_attrs.get("status", "-")
+    fig.update_layout(
+        title=f"{study.study_name}: convergence (status: {status})",
+        template="plotly_white",
+        hovermode="x unified",
+        legend={"orientation": "h", "y": -0.12},
+        height=700,
+    )
+    fig.update_yaxes(title_text="normalised hypervolume", row=1, col=1)
+    fig.update_yaxes(title_text=_axis(metric, direction), row=2, col=1)
+    fig.update_xaxes(title_text="completed trials", row=2, col=1)
+    return fig
+
+
+def write_html(figs: Sequence[go.Figure], path: Path, title: str) -> Path:
+    """Write figures into one self-contained HTML page (plotly.js embedded once, no CDN)."""
+    from plotly.offline import get_plotlyjs
+
+    body = "\n".join(f.to_html(full_html=False, include_plotlyjs=False) for f in figs)
+    page = (
+        '<!DOCTYPE html>\n<html>\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{html.escape(title)}</title>\n"
+        '<script type="text/javascript">window.PlotlyConfig = {MathJaxConfig: "local"};</script>\n'
+        f'<script type="text/javascript">{get_plotlyjs()}</script>\n'
+        f"</head>\n<body>\n{body}\n</body>\n</html>\n"
+    )
+    path.write_text(page, encoding="utf-8")
+    return path

@@ -1,0 +1,296 @@
+"""Study files (``experiments/*.yaml``): what to tune, against what, how long, stored where.
+
+Example::
+
+    name: quickstart
+    model: llama-3.1-8b
+    gpu: h200
+    gpu_budget: 8                     # workers = gpu_budget // tp unless `workers` is a knob
+    deployment: {timing: aic, slo: {ttft_ms: 2000, itl_ms: 50}}   # fixed DeploymentConfig fields
+    workload: {trace: ../../shared/data/traces/mooncake/conversation_trace.jsonl,
+               max_requests: 300, speedup: 1.0}   # or {file: workload.yaml} (synthetic spec)
+    space: ../spaces/llama8b_h200.yaml            # or an inline {knobs: ...} mapping
+    objectives:                       # default: the two below
+      - {metric: output_token_throughput_per_gpu, direction: maximize}
+      - {metric: output_token_throughput_per_user, direction: maximize}
+    constraints: ["time_to_first_token.p90 <= 2000"]
+    optimizer: {name: optuna-nsga2, population: 8}
+    budget: {max_trials: 40, max_wall_s: 900, tol: 0.001, patience: 3}
+    executor: {kind: ray, address: null, num_cpus: 2}   # kind: ray | local
+    storage: runs/dynosim.journal     # journal file, sqlite:///..., or any SQLAlchemy URL
+    seed: 0
+
+Input paths (``space``, ``workload.trace``, ``workload.file``) are relative to the study file;
+they are stored resolved, with the space inlined, so a resume needs only the storage. The
+storage path is relative to the working directory. ``simulator: module:function`` replaces
+``dynosim.simulate`` (a testing hook).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dynosim.errors import ConfigError
+from search.optimizers import check_optimizer
+from search.problem import Constraint, Objective, Problem, metric_name
+from search.space import Space, yaml_error
+
+DEFAULT_STORAGE = "runs/dynosim.journal"
+DEFAULT_OBJECTIVES = (
+    {"metric": "output_token_throughput_per_gpu", "direction": "maximize"},
+    {"metric": "output_token_throughput_per_user", "direction": "maximize"},
+)
+_TOP = {
+    "name", "description", "model", "gpu", "gpu_budget", "deployment", "workload", "space",
+    "objectives", "constraints", "optimizer", "budget", "executor", "storage", "seed",
+    "simulator",
+}  # fmt: skip
+_BUDGET = {"max_trials", "max_wall_s", "tol", "patience", "generation"}
+_EXECUTOR = {"kind", "address", "num_cpus", "max_retries"}
+_WORKLOAD = {"trace", "file", "speedup", "max_requests", "warmup_requests"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Budget:
+    """When to stop: trials, wall time, or a hypervolume plateau."""
+
+    max_trials: int = 100
+    max_wall_s: float | None = None
+    tol: float = 1e-3
+    patience: int = 3
+    generation: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StudyFile:
+    """A validated study file. ``data`` is the stored form (paths resolved, space inlined)."""
+
+    name: str
+    problem: Problem
+    workload: dict[str, Any]
+    optimizer: str
+    optimizer_settings: dict[str, Any]
+    budget: Budget
+    executor: dict[str, Any]
+    storage: str
+    seed: int
+    simulator: str | None
+    bounds: tuple[tuple[float, float] | None, ...]
+    data: dict[str, Any] = field(repr=False)
+
+
+def load_study_file(path: str | Path, overrides: Mapping[str, Any] | None = None) -> StudyFile:
+    """Read a study file, apply CLI overrides (dotted keys), validate.
+
+    Raises:
+        ConfigError: One line naming the file and the field.
+    """
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as exc:
+        raise ConfigError("study", str(p), f"a readable file ({exc.strerror})") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(str(p), "YAML", f"valid YAML ({yaml_error(exc)})") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(str(p), data, "a mapping of study fields")
+    data = apply_overrides(data, overrides or {})
+    return parse_study(data, source=str(p), base_dir=p.resolve().parent)
+
+
+def apply_overrides(data: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``data`` with ``{"budget.max_trials": 10, ...}`` set (``None`` = not given)."""
+    out = copy.deepcopy(dict(data))
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        node = out
+        *heads, last = key.split(".")
+        for h in heads:
+            if not isinstance(node.get(h), dict):
+                node[h] = {}
+            node = node[h]
+        node[last] = value
+    return out
+
+
+def parse_study(
+    raw: Mapping[str, Any], source: str = "", base_dir: Path | None = None
+) -> StudyFile:
+    """Validate the study mapping (from YAML, or as stored in a study's user attrs).
+
+    Raises:
+        ConfigError: One line naming the file and the field.
+    """
+    at = f"{source}: " if source else ""
+    base = base_dir or Path.cwd()
+    _no_unknown(at, "", raw, _TOP)
+    data = copy.deepcopy(dict(raw))
+    name = _str(at, data, "name")
+    deployment = _map(at, data, "deployment")
+    fixed = {**deployment, "model": _str(at, data, "model"), "gpu": _str(at, data, "gpu")}
+    gpu_budget = data.get("gpu_budget")
+    if gpu_budget is not None and (not isinstance(gpu_budget, int) or gpu_budget < 1):
+        raise ConfigError(f"{at}gpu_budget", gpu_budget, "a positive integer")
+    space_raw = data.get("space")
+    if isinstance(space_raw, str):
+        space_path = _resolve(base, space_raw)
+        space = Space.from_yaml(space_path)
+        data["space"] = yaml.safe_load(Path(space_path).read_text())
+        data["space_file"] = space_path
+    else:
+        space = Space.from_dict(space_raw, f"{source}: space" if source else "space")
+    objectives, bounds = _objectives(at, data)
+    cons = data.get("constraints") or []
+    if not isinstance(cons, list):
+        raise ConfigError(f"{at}constraints", cons, "a list of 'METRIC <= NUMBER'")
+    constraints = tuple(Constraint.parse(c, f"{at}constraints[{i}]") for i, c in enumerate(cons))
+    try:
+        problem = Problem(
+            space=space, objectives=objectives, constraints=constraints, base=fixed,
+            gpu_budget=gpu_budget,
+        )  # fmt: skip
+    except ConfigError as exc:
+        raise ConfigError(f"{at}{exc.field}", exc.value, exc.allowed) from None
+    optimizer = dict(_map(at, data, "optimizer") or {"name": "optuna-nsga2"})
+    opt_name = optimizer.pop("name", "optuna-nsga2")
+    check_optimizer(opt_name, optimizer, f"{at}optimizer")
+    workload = _workload(at, data, base)
+    data["workload"] = workload
+    return StudyFile(
+        name=name,
+        problem=problem,
+        workload=workload,
+        optimizer=str(opt_name),
+        optimizer_settings=optimizer,
+        budget=_budget(at, data),
+        executor=_executor(at, data),
+        storage=str(data.get("storage") or DEFAULT_STORAGE),
+        seed=_int(at, data, "seed", 0),
+        simulator=data.get("simulator"),
+        bounds=bounds,
+        data=data,
+    )
+
+
+def _no_unknown(at: str, prefix: str, data: Mapping[str, Any], allowed: set[str]) -> None:
+    for key in data:
+        if key not in allowed and key != "space_file":
+            raise ConfigError(f"{at}{prefix}{key}", data[key], " | ".join(sorted(allowed)))
+
+
+def _str(at: str, data: Mapping[str, Any], key: str) -> str:
+    v = data.get(key)
+    if not isinstance(v, str) or not v:
+        raise ConfigError(f"{at}{key}", v, "a non-empty string")
+    return v
+
+
+def _map(at: str, data: Mapping[str, Any], key: str) -> dict[str, Any]:
+    v = data.get(key) or {}
+    if not isinstance(v, dict):
+        raise ConfigError(f"{at}{key}", v, "a mapping")
+    return v
+
+
+def _int(at: str, data: Mapping[str, Any], key: str, default: int, low: int = 0) -> int:
+    v = data.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int) or v < low:
+        raise ConfigError(f"{at}{key}", v, f"an integer >= {low}")
+    return v
+
+
+def _resolve(base: Path, raw: str) -> str:
+    p = Path(raw).expanduser()
+    return str(p if p.is_absolute() else (base / p).resolve())
+
+
+def _objectives(
+    at: str, data: dict[str, Any]
+) -> tuple[tuple[Objective, ...], tuple[tuple[float, float] | None, ...]]:
+    raw = data.get("objectives") or [dict(o) for o in DEFAULT_OBJECTIVES]
+    if not isinstance(raw, list):
+        raise ConfigError(f"{at}objectives", raw, "a list of {metric, direction}")
+    out, bounds = [], []
+    for i, o in enumerate(raw):
+        where = f"{at}objectives[{i}]"
+        if not isinstance(o, dict):
+            raise ConfigError(where, o, "a mapping {metric, direction}")
+        _no_unknown(where, ".", o, {"metric", "direction", "penalty", "bounds"})
+        direction = o.get("direction", "maximize")
+        if direction not in ("maximize", "minimize"):
+            raise ConfigError(f"{where}.direction", direction, "maximize | minimize")
+        penalty = o.get("penalty")
+        finite = isinstance(penalty, int | float) and math.isfinite(penalty)
+        if penalty is not None and not finite:
+            raise ConfigError(f"{where}.penalty", penalty, "a finite number")
+        b = o.get("bounds")
+        if b is not None and not (
+            isinstance(b, list) and len(b) == 2 and all(isinstance(x, int | float) for x in b)
+            and b[0] < b[1]
+        ):  # fmt: skip
+            raise ConfigError(f"{where}.bounds", b, "[low, high] with low < high")
+        metric = metric_name(o.get("metric"), f"{where}.metric")
+        out.append(Objective(metric, direction, None if penalty is None else float(penalty)))
+        bounds.append(None if b is None else (float(b[0]), float(b[1])))
+    data["objectives"] = raw
+    return tuple(out), tuple(bounds)
+
+
+def _workload(at: str, data: Mapping[str, Any], base: Path) -> dict[str, Any]:
+    w = dict(_map(at, data, "workload"))
+    _no_unknown(at, "workload.", w, _WORKLOAD)
+    if ("trace" in w) == ("file" in w):
+        raise ConfigError(f"{at}workload", w, "exactly one of trace: PATH or file: PATH")
+    key = "trace" if "trace" in w else "file"
+    if not isinstance(w[key], str):
+        raise ConfigError(f"{at}workload.{key}", w[key], "a path")
+    w[key] = _resolve(base, w[key])
+    speedup = w.get("speedup", 1.0)
+    if isinstance(speedup, bool) or not isinstance(speedup, int | float) or speedup <= 0:
+        raise ConfigError(f"{at}workload.speedup", speedup, "a positive number")
+    for k in ("max_requests", "warmup_requests"):
+        if k in w and w[k] is not None:
+            _int(f"{at}workload.", w, k, 0, low=1 if k == "max_requests" else 0)
+    return w
+
+
+def _budget(at: str, data: Mapping[str, Any]) -> Budget:
+    b = _map(at, data, "budget")
+    _no_unknown(at, "budget.", b, _BUDGET)
+    wall = b.get("max_wall_s")
+    bad = isinstance(wall, bool) or not isinstance(wall, int | float) or wall <= 0
+    if wall is not None and bad:
+        raise ConfigError(f"{at}budget.max_wall_s", wall, "a positive number of seconds")
+    tol = b.get("tol", 1e-3)
+    if isinstance(tol, bool) or not isinstance(tol, int | float) or tol < 0:
+        raise ConfigError(f"{at}budget.tol", tol, "a number >= 0")
+    gen = b.get("generation")
+    return Budget(
+        max_trials=_int(f"{at}budget.", b, "max_trials", 100, low=1),
+        max_wall_s=None if wall is None else float(wall),
+        tol=float(tol),
+        patience=_int(f"{at}budget.", b, "patience", 3, low=1),
+        generation=None if gen is None else _int(f"{at}budget.", b, "generation", 1, low=1),
+    )
+
+
+def _executor(at: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    e = {"kind": "ray", "address": None, "num_cpus": None, "max_retries": 3}
+    e.update(_map(at, data, "executor"))
+    _no_unknown(at, "executor.", e, _EXECUTOR)
+    if e["kind"] not in ("ray", "local"):
+        raise ConfigError(f"{at}executor.kind", e["kind"], "ray | local")
+    if e["address"] is not None and not isinstance(e["address"], str):
+        raise ConfigError(f"{at}executor.address", e["address"], "auto | HOST:PORT")
+    if e["num_cpus"] is not None:
+        _int(f"{at}executor.", e, "num_cpus", 1, low=1)
+    _int(f"{at}executor.", e, "max_retries", 3)
+    return e
