@@ -56,7 +56,12 @@ def open_storage(url: str, *, create: bool = True) -> optuna.storages.BaseStorag
 
         backend = JournalFileBackend(str(path))
         return optuna.storages.JournalStorage(backend)
-    except (OSError, ImportError, ValueError) as exc:
+    except ImportError as exc:
+        hint = "install the database driver named in the URL"
+        if url.startswith("postgresql://"):
+            hint += " (psycopg, or psycopg2-binary with postgresql+psycopg2://...)"
+        raise ConfigError("storage", url, f"a reachable storage; {hint}") from exc
+    except (OSError, ValueError) as exc:
         raise ConfigError("storage", url, f"a journal file or SQLAlchemy URL ({exc})") from exc
     except Exception as exc:  # SQLAlchemy errors have no common base we can import cheaply
         raise ConfigError("storage", url, f"a reachable storage ({type(exc).__name__})") from exc

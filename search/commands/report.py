@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,13 +27,11 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the study summary, its Pareto front and best config per SLO; write the files."""
-    from rich.console import Console
-
     from search.report import best_lines, load_study, pareto_table, write_report
+    from search.terminal import make_console
 
     study = load_study(args.storage, args.name)
-    wide = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160
-    console = Console(width=wide)  # piped to a file: do not squeeze the table into 80 columns
+    console = make_console()
     console.print(study_summary(study) + "\n", highlight=False, markup=False)
     table = pareto_table(study)
     if table.row_count:

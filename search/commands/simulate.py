@@ -51,11 +51,9 @@ def load_workload(args: argparse.Namespace) -> Workload:
 
 def run(args: argparse.Namespace) -> int:
     """Simulate and print a table; write JSON if asked."""
-    from rich.console import Console
+    from search.terminal import make_console
 
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=120)
+    console = make_console()
     config = load_deployment(args.deployment)
     workload = load_workload(args)
     with console.status(f"simulating {len(workload.requests):,} requests..."):

@@ -17,10 +17,11 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print one row per study."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from search.terminal import make_console
+
+    console = make_console()
     open_storage(args.storage, create=False)  # a missing file is an error, not a new storage
     try:
         from search.studies_listing import studies_table

@@ -134,9 +134,9 @@ def _progress(sf: StudyFile, enabled: bool) -> Iterator[Callable[[RunState], Non
 
 def print_outcome(sf: StudyFile, state: RunState) -> None:
     """Status line and the Pareto front (the report's table, else a simple one)."""
-    from rich.console import Console
+    from search.terminal import make_console
 
-    console = Console()
+    console = make_console()
     console.print(
         f"study [bold]{state.name}[/]: {state.status}; {state.n_trials} trials, "
         f"{state.n_feasible} feasible, hypervolume {state.hypervolume:.4f}; storage {sf.storage}"
