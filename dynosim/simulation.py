@@ -30,6 +30,7 @@ from dynosim.errors import ConfigError
 from dynosim.metrics import Metrics, RequestRecords, summarize
 from dynosim.perf.protocol import StepTimeModel
 from dynosim.router import Router, make_router
+from dynosim.timer import schedule_timer
 from dynosim.types import Request
 
 _NEVER = 1 << 62
@@ -122,11 +123,7 @@ class Simulation:
     def _schedule_dispatch(self, at_us: int) -> None:
         self._dispatch_at = at_us
         self._dispatch_version += 1
-        ev = simpy.Event(self.env)
-        ev._ok = True
-        ev._value = self._dispatch_version
-        ev.callbacks.append(self._on_dispatch)
-        self.env.schedule(ev, NORMAL, at_us - self.env.now)
+        schedule_timer(self.env, at_us, self._dispatch_version, self._on_dispatch, NORMAL)
 
     def _on_dispatch(self, ev: simpy.Event) -> None:
         if ev._value != self._dispatch_version:

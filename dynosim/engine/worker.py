@@ -34,6 +34,7 @@ from dynosim.config import EngineConfig
 from dynosim.engine.kv_cache import PrefixKVCache
 from dynosim.engine.state import RunningRequest
 from dynosim.perf.protocol import StepTimeModel
+from dynosim.timer import schedule_timer
 from dynosim.types import HASH_BLOCK_TOKENS
 
 FinishCallback = Callable[[RunningRequest, int], None]
@@ -116,11 +117,7 @@ class EngineWorker:
     # ------------------------------------------------------------------- stepping
     def _schedule(self, at_us: int) -> None:
         self._version += 1
-        ev = simpy.Event(self.env)
-        ev._ok = True
-        ev._value = self._version
-        ev.callbacks.append(self._on_boundary)
-        self.env.schedule(ev, URGENT, at_us - self.env.now)
+        schedule_timer(self.env, at_us, self._version, self._on_boundary, URGENT)
 
     def _on_boundary(self, ev: simpy.Event) -> None:
         if ev._value != self._version:
