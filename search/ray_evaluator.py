@@ -2,7 +2,9 @@
 
 ``ray`` is imported inside :class:`RayEvaluator` so that nothing else pays for it. Each config is
 one ``ray.remote`` task running :func:`search.evaluator.evaluate_one`; the workload and the
-shared context are ``ray.put`` once and passed by reference. Ray re-runs a task whose worker
+shared context are ``ray.put`` once and passed by reference, and each worker process unpickles
+the workload once. Half as many tasks again as there are CPUs are kept in flight, so a CPU
+never idles while the driver records a result and submits the next. Ray re-runs a task whose worker
 process dies (``max_retries``); if it still cannot finish, the trial is recorded as infeasible
 with the reason and the study goes on.
 """
@@ -21,7 +23,18 @@ if TYPE_CHECKING:
     from dynosim.types import Request
 
 
-def _run(ctx: EvalContext, params: Params, requests: Sequence[Request]) -> TrialResult:
+_WORKLOAD: dict[str, Sequence[Request]] = {}
+"""The workload of the study this worker process last served, unpickled once per process."""
+
+
+def _run(ctx: EvalContext, params: Params, boxed_requests: list[Any]) -> TrialResult:
+    requests = _WORKLOAD.get(ctx.workload_id)
+    if requests is None:
+        import ray
+
+        requests = ray.get(boxed_requests[0])
+        _WORKLOAD.clear()
+        _WORKLOAD[ctx.workload_id] = requests
     return evaluate_one(ctx, params, requests)
 
 
@@ -69,12 +82,12 @@ class RayEvaluator:
         self._requests_ref: Any = ray.put(tuple(requests))
         self._task = ray.remote(num_cpus=1, max_retries=max_retries)(_run)
         self._refs: dict[Any, tuple[int, Params]] = {}
-        cpus = ray.cluster_resources().get("CPU", 1)  # type: ignore[no-untyped-call,unused-ignore]
-        self._capacity = max(1, int(cpus))
+        cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))  # type: ignore[no-untyped-call,unused-ignore]
+        self._capacity = cpus + max(1, cpus // 2)
 
     @property
     def capacity(self) -> int:
-        """CPUs in the Ray cluster (one simulation each)."""
+        """Tasks kept in flight: one per CPU plus a queue, so no CPU waits for the driver."""
         return self._capacity
 
     @property
@@ -84,7 +97,9 @@ class RayEvaluator:
 
     def submit(self, tag: int, params: Params) -> None:
         """Start a task for ``params``."""
-        ref = self._task.remote(self._ctx_ref, params, self._requests_ref)
+        # The workload ref travels boxed in a list so Ray does not unpickle it for every task;
+        # each worker process fetches it once (see _run).
+        ref = self._task.remote(self._ctx_ref, params, [self._requests_ref])
         self._refs[ref] = (tag, params)
 
     def wait(self) -> list[tuple[int, TrialResult]]:
