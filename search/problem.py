@@ -220,6 +220,14 @@ class Problem:
         except DynosimError as exc:
             raise InfeasibleError(f"invalid config: {exc}") from exc
 
+    def buildable(self, params: Params) -> bool:
+        """Whether ``params`` become a valid config within the GPU budget (no simulation)."""
+        try:
+            self.to_config(params)
+        except InfeasibleError:
+            return False
+        return True
+
     def score(self, metrics: Mapping[str, float]) -> Score:
         """Objective values and constraint violations of a config that ran."""
         values: list[float] = []

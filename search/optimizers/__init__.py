@@ -88,7 +88,14 @@ def build_optimizer(
         from search.optimizers.pymoo_nsga2 import PymooNSGA2
 
         pop = int(settings.get("population", 16))
-        return PymooNSGA2(space, problem.directions, n_constraints, pop_size=pop, seed=seed)
+        return PymooNSGA2(
+            space,
+            problem.directions,
+            n_constraints,
+            pop_size=pop,
+            seed=seed,
+            buildable=problem.buildable,
+        )
     from search.optimizers.optuna_sampler import OptunaOptimizer
 
     return OptunaOptimizer(space, _sampler(name, settings, problem, seed), problem.directions)

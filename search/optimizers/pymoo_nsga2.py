@@ -7,6 +7,12 @@ crossover and random mutation for choices, SBX and polynomial mutation (rounded)
 and reals, duplicates eliminated. Constraints go in through ``g_con``; maximised objectives are
 negated. Inactive knobs (a failed ``when``) still exist for pymoo and are dropped from params.
 
+A repair runs on every new individual (initial sampling and offspring): inactive knobs get one
+canonical value, so pymoo's duplicate elimination sees configs as they are evaluated, and an
+individual that cannot be built (``buildable`` is false, e.g. over the GPU budget) is replaced by
+a random buildable point (up to ``REPAIR_TRIES`` draws). Such points would only be infeasible
+trials; the repair spends no evaluation on them.
+
 Resume: stored results told before the first ``ask`` become the initial population (pymoo's
 ``sampling`` given as an evaluated ``Population``); survival keeps the best ``pop_size``.
 """
@@ -15,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +29,8 @@ import numpy as np
 from search.evaluator import TrialResult
 from search.problem import params_key
 from search.space import Knob, Params, Space, Value
+
+REPAIR_TRIES = 50
 
 
 def _variable(knob: Knob) -> Any:
@@ -80,6 +88,8 @@ class PymooNSGA2:
         n_constraints: Constraint values per result.
         pop_size: Population size (and offspring per generation).
         seed: pymoo's seed; the same seed gives the same proposals.
+        buildable: Whether a point can become a config at all (no simulation); points that
+            cannot are repaired before they are proposed.
     """
 
     def __init__(
@@ -90,6 +100,7 @@ class PymooNSGA2:
         *,
         pop_size: int = 16,
         seed: int = 0,
+        buildable: Callable[[Params], bool] | None = None,
     ) -> None:
         from pymoo.core.problem import Problem
 
@@ -102,6 +113,7 @@ class PymooNSGA2:
         )
         self._pop_size = pop_size
         self._seed = seed
+        self._buildable = buildable
         self._algorithm: Any = None
         self._replay: list[TrialResult] = []
         self._pop: Any = None
@@ -112,12 +124,24 @@ class PymooNSGA2:
         self._pending: dict[str, deque[int]] = defaultdict(deque)
 
     def _setup(self) -> None:
-        from pymoo.core.mixed import MixedVariableGA
+        from pymoo.core.mixed import (
+            MixedVariableDuplicateElimination,
+            MixedVariableGA,
+            MixedVariableMating,
+        )
         from pymoo.core.population import Population
         from pymoo.operators.survival.rank_and_crowding import RankAndCrowding
         from pymoo.termination.max_gen import MaximumGenerationTermination
 
-        kwargs: dict[str, Any] = {"pop_size": self._pop_size, "survival": RankAndCrowding()}
+        repair = _make_repair(self._space, self._buildable, self._seed)
+        dedupe = MixedVariableDuplicateElimination()
+        kwargs: dict[str, Any] = {
+            "pop_size": self._pop_size,
+            "survival": RankAndCrowding(),
+            "repair": repair,
+            "eliminate_duplicates": dedupe,
+            "mating": MixedVariableMating(repair=repair, eliminate_duplicates=dedupe),
+        }
         if self._replay:
             x_all = np.empty(len(self._replay), dtype=object)
             x_all[:] = [{k.name: _encode(k, r.params.get(k.name)) for k in self._space.knobs}
@@ -189,3 +213,24 @@ class PymooNSGA2:
             self._finish(self._pop, self._f, self._g)
             self._pop = None
             self._pending.clear()
+
+
+def _make_repair(space: Space, buildable: Callable[[Params], bool] | None, seed: int) -> Any:
+    """A pymoo ``Repair``: canonical inactive knobs, unbuildable points redrawn at random."""
+    from pymoo.core.repair import Repair
+
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5EED]))
+    knobs = space.knobs
+
+    class CanonicalRepair(Repair):  # type: ignore[misc]
+        def _do(self, problem: Any, xs: Any, **kwargs: Any) -> Any:
+            for i, x in enumerate(xs):
+                params = space.active_params({k.name: _decode(k, x[k.name]) for k in knobs})
+                tries = 0
+                while buildable is not None and not buildable(params) and tries < REPAIR_TRIES:
+                    params = space.sample(rng)
+                    tries += 1
+                xs[i] = {k.name: _encode(k, params.get(k.name)) for k in knobs}
+            return xs
+
+    return CanonicalRepair()
