@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from dataclasses import replace
 
 import numpy as np
 from scipy.optimize import nnls
@@ -43,14 +44,9 @@ PROBES = (FrameworkOverhead(0.0, 0.0), FrameworkOverhead(1000.0, 0.0), Framework
 def replay_with(row: SiliconRow, overhead: FrameworkOverhead) -> tuple[float, float]:
     """Mean (TTFT, TPOT) in ms of the row's benchmark with this overhead."""
     config = row_config(row)
-    perf = resolve(config)
-    timing = AicStepTime(aic_tables(resolve_key(config)), overhead)
+    perf = replace(resolve(config), timing=AicStepTime(aic_tables(resolve_key(config)), overhead))
     requests = closed_loop_requests(row.concurrency, row.concurrency * 4, row.isl, row.osl)
-    m = (
-        Simulation(config, requests, timing=timing, kv_blocks=perf.kv_blocks, gpu_hour_usd=1.0)
-        .run()
-        .metrics
-    )
+    m = Simulation(config, requests, perf=perf).run().metrics
     return m.time_to_first_token.avg, m.inter_token_latency.avg
 
 

@@ -52,30 +52,15 @@ def main() -> None:
         cfg = replace(BASE, router=router)
         best = None
         for _ in range(args.repeat):
-            sim = Simulation(
-                cfg,
-                requests,
-                timing=perf.timing,
-                kv_blocks=perf.kv_blocks,
-                gpu_hour_usd=perf.gpu_hour_usd,
-            )
+            sim = Simulation(cfg, requests, perf=perf)
             res = sim.run()
             if best is None or res.metrics.wall_s < best.metrics.wall_s:
                 best = res
         assert best is not None
         _row(router, "fast-forward", len(requests), best)
         ref = head(requests, args.reference_requests)
-        fast = Simulation(
-            cfg, ref, timing=perf.timing, kv_blocks=perf.kv_blocks, gpu_hour_usd=perf.gpu_hour_usd
-        ).run()
-        slow = Simulation(
-            cfg,
-            ref,
-            timing=perf.timing,
-            kv_blocks=perf.kv_blocks,
-            gpu_hour_usd=perf.gpu_hour_usd,
-            fast_forward=False,
-        ).run()
+        fast = Simulation(cfg, ref, perf=perf).run()
+        slow = Simulation(cfg, ref, perf=perf, fast_forward=False).run()
         _row(router, "ff (prefix)", len(ref), fast)
         _row(router, "step-by-step", len(ref), slow)
         print(f"{'':<12} identical per-request records: {fast.records.equal(slow.records)}")

@@ -17,6 +17,7 @@ import heapq
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
@@ -28,10 +29,12 @@ from dynosim.engine.state import RunningRequest
 from dynosim.engine.worker import EngineWorker
 from dynosim.errors import ConfigError
 from dynosim.metrics import Metrics, RequestRecords, summarize
-from dynosim.perf.protocol import StepTimeModel
 from dynosim.router import Router, make_router
 from dynosim.timer import schedule_timer
 from dynosim.types import Request
+
+if TYPE_CHECKING:
+    from dynosim.perf.deployment import DeploymentPerf
 
 _NEVER = 1 << 62
 
@@ -57,9 +60,7 @@ class Simulation:
         *,
         seed: int = 0,
         fast_forward: bool = True,
-        timing: StepTimeModel | None = None,
-        kv_blocks: int | None = None,
-        gpu_hour_usd: float | None = None,
+        perf: DeploymentPerf | None = None,
     ) -> None:
         for i, r in enumerate(requests):
             if r.id != i:
@@ -72,15 +73,12 @@ class Simulation:
         self.requests = requests
         self.env = simpy.Environment()
         self.rng = np.random.default_rng(seed)
-        if timing is None or kv_blocks is None or gpu_hour_usd is None:
+        if perf is None:
             from dynosim.perf.deployment import resolve
 
             perf = resolve(config)
-            timing = timing if timing is not None else perf.timing
-            kv_blocks = kv_blocks if kv_blocks is not None else perf.kv_blocks
-            gpu_hour_usd = gpu_hour_usd if gpu_hour_usd is not None else perf.gpu_hour_usd
-        self.gpu_hour_usd = float(gpu_hour_usd)
-        self.kv_blocks = kv_blocks
+        self.perf = perf
+        kv_blocks = perf.kv_blocks
         engine = config.engine
         self.workers = [
             EngineWorker(
@@ -88,7 +86,7 @@ class Simulation:
                 self.env,
                 engine=engine,
                 kv=PrefixKVCache(kv_blocks, engine.block_size),
-                timing=timing,
+                timing=perf.timing,
                 on_finish=self._on_finish,
                 fast_forward=fast_forward,
             )
@@ -189,7 +187,7 @@ class Simulation:
             records,
             slo=self.config.slo,
             gpus=self.config.gpus,
-            gpu_hour_usd=self.gpu_hour_usd,
+            gpu_hour_usd=self.perf.gpu_hour_usd,
             warmup_requests=warmup_requests,
             wall_s=wall,
         )

@@ -13,12 +13,16 @@ from dynosim.perf.protocol import StepTimeModel
 
 @dataclass(frozen=True, slots=True)
 class DeploymentPerf:
-    """Step-time model, KV blocks per worker and GPU price of a deployment."""
+    """Step-time model, KV blocks per worker and GPU price of a deployment.
+
+    ``resolve`` derives it from a config; tests and what-if studies build one directly (e.g. a
+    linear step-time model and a small KV pool), with no memory model behind it (``pool``).
+    """
 
     timing: StepTimeModel
     kv_blocks: int
     gpu_hour_usd: float
-    pool: KVPool
+    pool: KVPool | None = None
 
 
 def resolve(config: DeploymentConfig) -> DeploymentPerf:

@@ -41,9 +41,7 @@ def test_kv_aware_beats_round_robin_on_mooncake(name: str) -> None:
         sim = Simulation(
             replace(BASE, router=router),
             requests,
-            timing=perf.timing,
-            kv_blocks=perf.kv_blocks,
-            gpu_hour_usd=perf.gpu_hour_usd,
+            perf=perf,
         )
         out[router] = sim.run().metrics
         assert out[router].completed_requests == len(requests)
@@ -62,9 +60,7 @@ def test_fast_forward_matches_stepping_on_real_trace_with_scarce_kv() -> None:
             cfg,
             requests,
             fast_forward=ff,
-            timing=perf.timing,
-            kv_blocks=1600,  # ~100k tokens: long prompts make this scarce
-            gpu_hour_usd=perf.gpu_hour_usd,
+            perf=replace(perf, kv_blocks=1600),  # ~100k tokens: scarce for long prompts
         )
         runs.append(sim.run())
     assert runs[0].metrics.preemptions > 0

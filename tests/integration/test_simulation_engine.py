@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from dynosim import Request, Simulation
+from dynosim.perf.deployment import DeploymentPerf
 from dynosim.perf.linear import LinearStepTime
 from tests.conftest import make_requests, tiny_config
 
@@ -15,15 +16,8 @@ ROUTERS = ["round_robin", "random", "least_loaded", "kv_aware"]
 
 
 def _run(config, requests, *, kv_blocks=20_000, ff=True, timing=None, seed=0):  # type: ignore[no-untyped-def]
-    sim = Simulation(
-        config,
-        requests,
-        seed=seed,
-        fast_forward=ff,
-        timing=timing or LinearStepTime(),
-        kv_blocks=kv_blocks,
-        gpu_hour_usd=2.0,
-    )
+    perf = DeploymentPerf(timing or LinearStepTime(), kv_blocks, gpu_hour_usd=2.0)
+    sim = Simulation(config, requests, seed=seed, fast_forward=ff, perf=perf)
     result = sim.run()
     for w in sim.workers:
         w.kv.check()
@@ -127,9 +121,7 @@ def test_littles_law_with_poisson_arrivals_seeing_time_averages() -> None:
     sim = Simulation(
         tiny_config(router="least_loaded"),
         reqs,
-        timing=LinearStepTime(),
-        kv_blocks=20_000,
-        gpu_hour_usd=2.0,
+        perf=DeploymentPerf(LinearStepTime(), 20_000, gpu_hour_usd=2.0),
     )
     seen: list[int] = []
     route = sim.router.route
