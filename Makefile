@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml | $(VENV)/bin/python
 	touch $@ $(RUN_STAMP)
 
 run: $(RUN_STAMP)
-	$(BIN)/dynosim tune experiments/quickstart.yaml
+	$(BIN)/dynosim tune experiments/quickstart.yaml --name quickstart-$$(date +%Y%m%d-%H%M%S)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
