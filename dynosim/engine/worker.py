@@ -11,7 +11,7 @@ Fast-forward: while only decoding requests run and nothing can be admitted, the 
 same from step to step until the first completion, so one scheduled event covers many steps.
 The segment is cut at the first step boundary after an arrival routed here, and ends before
 the first step whose new KV blocks would exceed what is available (that step is then formed
-normally, with preemption). ``fast_forward=False`` steps one iteration per event and is the
+normally, with preemption) or, while a request waits, would evict a cached prefix. ``fast_forward=False`` steps one iteration per event and is the
 reference the fast path must match exactly.
 
 Time is integer microseconds. Step boundaries are scheduled with simpy's URGENT priority so
@@ -203,7 +203,11 @@ class EngineWorker:
         if k > 1:
             steps = self.S + np.arange(1, k, dtype=np.int64)
             cum = np.cumsum(self._phase[-steps % self.block_size])
-            k = 1 + int(np.searchsorted(cum, self.kv.available, side="right"))
+            # With a request waiting, stop before the first eviction: evicting a cached unit
+            # can shrink its prefix hit, unpin blocks and make it admissible (stepping re-checks
+            # admission every step). With nobody waiting, evictions change nothing here.
+            cap = self.kv.free if self.waiting else self.kv.available
+            k = 1 + int(np.searchsorted(cum, cap, side="right"))
             self._seg_cum = np.concatenate((_EMPTY, cum[: k - 1]))
         else:
             self._seg_cum = _EMPTY
@@ -243,8 +247,8 @@ class EngineWorker:
             hit_tokens = hit * HASH_BLOCK_TOKENS
             remaining = rr.target - hit_tokens
             chunk = min(remaining, left)
-            if chunk < remaining and not self.chunked:
-                break
+            if chunk < remaining and not self.chunked and not rr.preemptions:
+                break  # a recompute after preemption may span steps, or it would never fit
             need = -(-(hit_tokens + chunk) // bs) - hit * unit
             hit_units = rr.hashes[:hit]
             pinned = kv.evictable_among(hit_units) * unit if hit else 0

@@ -117,7 +117,8 @@ def test_resume_after_sigkill_loses_and_repeats_nothing(tmp_path: Path) -> None:
         while time.monotonic() < deadline:
             time.sleep(0.2)
             try:
-                if count(storage)["COMPLETE"] >= 8:
+                now = count(storage)
+                if now["COMPLETE"] >= 8 and now["RUNNING"] == 1:  # kill mid-evaluation
                     break
             except KeyError:  # study not created yet
                 continue
@@ -126,14 +127,15 @@ def test_resume_after_sigkill_loses_and_repeats_nothing(tmp_path: Path) -> None:
         proc.wait(timeout=30)
     before = count(storage)
     assert 8 <= before["COMPLETE"] < 60
-    assert before["RUNNING"] == 1
+    # the kill lands mid-evaluation almost always; between two trials it is 0 (still no loss)
+    assert before["RUNNING"] in (0, 1)
     kept = optuna.load_study(study_name="t", storage=open_storage(storage)).trials
     done = [(t.number, t.params, t.values) for t in kept if t.state.name == "COMPLETE"]
     assert main(["resume", "t", "--storage", storage, "--no-progress"]) == 0
     after = count(storage)
     assert after["COMPLETE"] == 60
     assert after["hashes"] == 60
-    assert after["FAIL"] == 1  # the trial left running, re-queued as a new trial
+    assert after["FAIL"] == before["RUNNING"]  # a trial left running is failed and re-queued
     assert after["RUNNING"] == 0
     trials = optuna.load_study(study_name="t", storage=open_storage(storage)).trials
     assert [
