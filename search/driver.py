@@ -236,8 +236,11 @@ class _Run:
             if not proposals:
                 self.exhausted = ev.in_flight == 0
                 return
+            started = self.state.n_trials + len(self.flight)
             for p in proposals:
                 self._dispatch(ev, p)
+            if self.state.n_trials + len(self.flight) == started and ev.in_flight:
+                return  # only repeats of configs still running: wait for a result first
             if self.dup_streak >= max(50, 5 * self.gen):
                 self.exhausted = True
                 self.state.status = "converged"

@@ -171,7 +171,7 @@ class Problem:
             head, _, tail = name.partition(".")
             if head not in top:
                 raise ConfigError(f"knobs.{name}", name, "a DeploymentConfig field path")
-            sub = _nested_names(head)
+            sub = nested_names(head)
             if bool(tail) != bool(sub) or (tail and tail not in sub):
                 allowed = ", ".join(f"{head}.{s}" for s in sub) if sub else head
                 raise ConfigError(f"knobs.{name}", name, allowed)
@@ -254,7 +254,8 @@ class Problem:
         return Score(values, cons, False, reason)
 
 
-def _nested_names(head: str) -> tuple[str, ...]:
+def nested_names(head: str) -> tuple[str, ...]:
+    """Field names of a nested deployment section (``engine``, ...); empty for a plain field."""
     nested = {"kv_router": KVRouterConfig, "engine": EngineConfig, "slo": SLOConfig}
     sub = nested.get(head)
     return tuple(f.name for f in fields(sub)) if sub is not None else ()

@@ -31,15 +31,16 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from dynosim.config import DeploymentConfig
 from dynosim.errors import ConfigError
 from search.optimizers import check_optimizer
-from search.problem import Constraint, Objective, Problem, metric_name
+from search.problem import Constraint, Objective, Problem, metric_name, nested_names
 from search.space import Space, yaml_error
 
 DEFAULT_STORAGE = "runs/dynosim.journal"
@@ -121,6 +122,22 @@ def apply_overrides(data: Mapping[str, Any], overrides: Mapping[str, Any]) -> di
     return out
 
 
+def _check_deployment_names(at: str, deployment: Mapping[str, Any]) -> None:
+    """Reject misspelt deployment fields now, not as one infeasible trial after another.
+
+    Only names are checked: a value may be valid only together with a knob's value.
+    """
+    top = sorted(f.name for f in fields(DeploymentConfig))
+    for key, value in deployment.items():
+        if key not in top:
+            raise ConfigError(f"{at}deployment.{key}", value, "one of " + ", ".join(top))
+        sub = nested_names(key)
+        if sub and isinstance(value, Mapping):
+            for k in value:
+                if k not in sub:
+                    raise ConfigError(f"{at}deployment.{key}.{k}", value[k], ", ".join(sub))
+
+
 def parse_study(
     raw: Mapping[str, Any], source: str = "", base_dir: Path | None = None
 ) -> StudyFile:
@@ -135,6 +152,7 @@ def parse_study(
     data = copy.deepcopy(dict(raw))
     name = _str(at, data, "name")
     deployment = _map(at, data, "deployment")
+    _check_deployment_names(at, deployment)
     fixed = {**deployment, "model": _str(at, data, "model"), "gpu": _str(at, data, "gpu")}
     gpu_budget = data.get("gpu_budget")
     if gpu_budget is not None and (not isinstance(gpu_budget, int) or gpu_budget < 1):

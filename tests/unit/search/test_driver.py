@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -253,3 +254,42 @@ def test_missing_storage_file_is_not_created(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="existing storage file"):
         open_storage(str(tmp_path / "none.journal"), create=False)
     assert not (tmp_path / "none.journal").exists()
+
+
+def test_repeats_of_a_running_config_do_not_spin_the_driver(tmp_path: Path) -> None:
+    # Two evaluation slots, one distinct config: every further proposal repeats the one in
+    # flight. The driver must wait for its result instead of asking forever.
+    from search.evaluator import LocalEvaluator
+
+    class TwoSlots(LocalEvaluator):
+        @property
+        def capacity(self) -> int:
+            return 2
+
+    space = {"knobs": {"tp": {"type": "choice", "values": [1]}}}
+    sf = fakes.study(
+        tmp_path,
+        space=space,
+        optimizer={"name": "random"},
+        budget={"max_trials": 5, "tol": 0.0, "patience": 100},
+    )
+
+    def too_slow(*_: object) -> None:
+        raise TimeoutError("the driver kept asking instead of waiting")
+
+    previous = signal.signal(signal.SIGALRM, too_slow)
+    signal.alarm(30)
+    try:
+        state = run(sf, evaluator=lambda ctx, reqs: TwoSlots(ctx, reqs))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert state.n_trials == 1
+    assert state.status == "converged"
+
+
+def test_misspelt_deployment_field_is_rejected_up_front(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"deployment\.backnd: got 'vllm'; allowed: one of"):
+        fakes.study(tmp_path, deployment={"backnd": "vllm"})
+    with pytest.raises(ConfigError, match=r"deployment\.engine\.max_seqs"):
+        fakes.study(tmp_path, deployment={"engine": {"max_seqs": 8}})
