@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,13 +12,29 @@ from dynosim.config import DeploymentConfig
 from dynosim.errors import ConfigError, DynosimError
 
 
+def _cannot_read(path: Path, reason: str) -> DynosimError:
+    return DynosimError(f"{path}: cannot read: {reason}")
+
+
+def read_text(path: str | Path, error: Callable[[Path, str], DynosimError] = _cannot_read) -> str:
+    """A UTF-8 text file's contents.
+
+    Raises:
+        DynosimError: ``error(path, reason)`` when the file is missing, unreadable or binary.
+    """
+    p = Path(path)
+    try:
+        return p.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError:
+        raise error(p, "not UTF-8 text") from None
+    except OSError as exc:
+        raise error(p, str(exc.strerror or exc)) from None
+
+
 def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
     """Parse a YAML file whose top level must be a mapping."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise DynosimError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    text = read_text(p)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -133,7 +133,8 @@ def summarize(
 
     The first ``warmup_requests`` requests to complete are left out of every figure. The
     benchmark window runs from the earliest arrival among the measured requests to the last
-    completion; throughputs are over that window, GPU hours over the whole simulation.
+    completion; throughputs and the cost per output token are over that window, GPU hours over
+    the whole simulation (from time 0).
     """
     done = records.completed
     rejected = int((~done).sum())
@@ -165,7 +166,8 @@ def summarize(
         good &= latency_ms <= slo.e2e_ms
     gpu_hours = gpus * sim_s / 3600.0
     inputs = int(records.input_tokens[idx].sum())
-    cost = gpu_hours * gpu_hour_usd / (out_tokens / 1e6) if out_tokens else float("inf")
+    window_gpu_hours = gpus * window_s / 3600.0  # the same window as the throughputs
+    cost = window_gpu_hours * gpu_hour_usd / (out_tokens / 1e6) if out_tokens else float("inf")
     return Metrics(
         time_to_first_token=Stat.of(ttft_ms),
         inter_token_latency=Stat.of(itl_ms),

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ import numpy as np
 import yaml
 
 from dynosim.errors import ConfigError
+from dynosim.files import read_text
 
 Value = str | int | float | bool
 Params = dict[str, Value]
@@ -47,6 +48,11 @@ def _number(where: str, key: str, value: object, *, integer: bool) -> float:
     if isinstance(value, bool) or not ok:
         raise ConfigError(f"{where}.{key}", value, "an integer" if integer else "a number")
     return value  # type: ignore[return-value]
+
+
+def unreadable(field: str) -> Callable[[Path, str], ConfigError]:
+    """An error factory for :func:`dynosim.files.read_text` that names the study field."""
+    return lambda path, why: ConfigError(field, str(path), f"a readable UTF-8 file ({why})")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -238,9 +244,7 @@ class Space:
         """Read and validate a space file."""
         p = Path(path)
         try:
-            data = yaml.safe_load(p.read_text())
-        except OSError as exc:
-            raise ConfigError("space", str(p), f"a readable file ({exc.strerror})") from exc
+            data = yaml.safe_load(read_text(p, unreadable("space")))
         except yaml.YAMLError as exc:
             raise ConfigError(str(p), "YAML", f"valid YAML ({yaml_error(exc)})") from exc
         return cls.from_dict(data, str(p))

@@ -39,9 +39,10 @@ import yaml
 
 from dynosim.config import DeploymentConfig
 from dynosim.errors import ConfigError
+from dynosim.files import read_text
 from search.optimizers import check_optimizer
 from search.problem import Constraint, Objective, Problem, metric_name, nested_names
-from search.space import Space, yaml_error
+from search.space import Space, unreadable, yaml_error
 
 DEFAULT_STORAGE = "runs/dynosim.journal"
 DEFAULT_OBJECTIVES = (
@@ -95,9 +96,7 @@ def load_study_file(path: str | Path, overrides: Mapping[str, Any] | None = None
     """
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as exc:
-        raise ConfigError("study", str(p), f"a readable file ({exc.strerror})") from exc
+        data = yaml.safe_load(read_text(p, unreadable("study")))
     except yaml.YAMLError as exc:
         raise ConfigError(str(p), "YAML", f"valid YAML ({yaml_error(exc)})") from exc
     if not isinstance(data, dict):
@@ -161,7 +160,7 @@ def parse_study(
     if isinstance(space_raw, str):
         space_path = _resolve(base, space_raw)
         space = Space.from_yaml(space_path)
-        data["space"] = yaml.safe_load(Path(space_path).read_text())
+        data["space"] = yaml.safe_load(read_text(space_path, unreadable("space")))
         data["space_file"] = space_path
     else:
         space = Space.from_dict(space_raw, f"{source}: space" if source else "space")

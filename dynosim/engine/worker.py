@@ -11,8 +11,9 @@ Fast-forward: while only decoding requests run and nothing can be admitted, the 
 same from step to step until the first completion, so one scheduled event covers many steps.
 The segment is cut at the first step boundary after an arrival routed here, and ends before
 the first step whose new KV blocks would exceed what is available (that step is then formed
-normally, with preemption) or, while a request waits, would evict a cached prefix. ``fast_forward=False`` steps one iteration per event and is the
-reference the fast path must match exactly.
+normally, with preemption) or, while a request waits, would evict a cached prefix.
+``fast_forward=False`` steps one iteration per event and is the reference the fast path must
+match exactly.
 
 Time is integer microseconds. Step boundaries are scheduled with simpy's URGENT priority so
 that at an equal instant they run before arrivals: an arrival at a boundary's instant joins at

@@ -49,6 +49,7 @@ import numpy.typing as npt
 import yaml
 
 from dynosim.errors import ConfigError, WorkloadError
+from dynosim.files import read_text
 from dynosim.types import HASH_BLOCK_TOKENS, Request
 from dynosim.workload.traces import Workload, load_trace, load_trace_workload
 
@@ -251,7 +252,7 @@ class WorkloadSpec:
             if dist == "empirical":
                 trace = spec["trace"]
                 if isinstance(trace, str | Path) and base_dir is not None:
-                    spec["trace"] = str(Path(base_dir) / trace)
+                    spec["trace"] = str((Path(base_dir) / trace).resolve())
                 spec.setdefault("field", name.removesuffix("_tokens"))
             lengths[name] = _sub(LengthSpec, name, spec)
         prefix = d.get("prefix")
@@ -412,9 +413,9 @@ def load_workload_file(path: str | Path) -> Workload:
     """
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise WorkloadError(f"{path}: cannot read workload file: {exc}") from None
+        data = yaml.safe_load(
+            read_text(path, lambda p, why: WorkloadError(f"{p}: cannot read workload file: {why}"))
+        )
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)

@@ -48,6 +48,10 @@ _GENERIC_COLUMNS = ("arrival_s", "input_tokens", "output_tokens")
 _GENERIC_OPTIONAL = ("session_id", "delay_s", "hash_ids")
 
 
+MAX_TOKENS = 100_000_000
+"""Largest token count a trace line may give (far beyond any context window)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Workload:
     """Requests ready to simulate.
@@ -98,6 +102,8 @@ class _Reader:
             return 1
         if number < 1:
             raise self.error(line, f"{name} must be >= 1, got {number}")
+        if number > MAX_TOKENS:
+            raise self.error(line, f"{name} must be <= {MAX_TOKENS:,}, got {number}")
         return number
 
     def seconds(self, line: int, name: str, value: object, scale: float) -> float:
@@ -111,6 +117,8 @@ class _Reader:
 
     def hashes(self, line: int, ids: tuple[int, ...], input_tokens: int) -> tuple[int, ...]:
         expected = -(-input_tokens // HASH_BLOCK_TOKENS)
+        if len(set(ids)) != len(ids):
+            raise self.error(line, "hash_ids repeats an id (each block of a prompt is distinct)")
         if len(ids) != expected:
             raise self.error(
                 line,
@@ -215,8 +223,10 @@ def _azure_ns(text: str) -> int | None:
     return ((day * 86_400 + h * 3_600 + m * 60 + s) * 10**9) + int(frac.ljust(9, "0"))
 
 
-def _read_csv(reader: _Reader, lines: list[str], header: list[str], azure: bool) -> list[_Row]:
-    """Read Azure or generic CSV rows (``lines[0]`` is the header)."""
+def _read_csv(
+    reader: _Reader, lines: list[str], header: list[str], azure: bool, first: int
+) -> list[_Row]:
+    """Read Azure or generic CSV rows (``lines[0]`` is the header, line ``first + 1``)."""
     names = _AZURE_COLUMNS if azure else _GENERIC_COLUMNS
     time_col, input_col, output_col = (header.index(name) for name in names)
     optional = {name: header.index(name) for name in _GENERIC_OPTIONAL if name in header}
@@ -224,8 +234,14 @@ def _read_csv(reader: _Reader, lines: list[str], header: list[str], azure: bool)
     stamps_ns: list[int] = []
     records = csv.reader(lines)
     next(records)
-    for fields in records:
-        number = records.line_num
+    while True:
+        try:
+            fields = next(records)
+        except StopIteration:
+            break
+        except csv.Error as exc:
+            raise reader.error(records.line_num + first, f"malformed CSV: {exc}") from None
+        number = records.line_num + first
         if not "".join(fields).strip():
             continue
         if len(fields) != len(header):
@@ -333,7 +349,9 @@ def load_trace(path: str | Path, *, clamp_zero_output: bool = False) -> list[Req
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError:
+        raise WorkloadError(f"{path}: cannot read trace: not UTF-8 text") from None
+    except OSError as exc:
         raise WorkloadError(f"{path}: cannot read trace: {exc}") from None
     lines = text.splitlines()
     first = next((i for i, line in enumerate(lines) if line.strip()), None)
@@ -347,13 +365,11 @@ def load_trace(path: str | Path, *, clamp_zero_output: bool = False) -> list[Req
         header = [name.strip() for name in next(csv.reader([head_line]))]
         body = lines[first:]
         if all(name in header for name in _AZURE_COLUMNS):
-            rows = _read_csv(reader, body, header, azure=True)
+            rows = _read_csv(reader, body, header, azure=True, first=first)
         elif all(name in header for name in _GENERIC_COLUMNS):
-            rows = _read_csv(reader, body, header, azure=False)
+            rows = _read_csv(reader, body, header, azure=False, first=first)
         else:
             raise reader.error(first + 1, f"unknown trace format; accepted: {ACCEPTED_FORMATS}")
-        for row in rows:
-            row.line += first
     if not rows:
         raise reader.error(first + 1, "trace has a header but no requests")
     if reader.clamped:

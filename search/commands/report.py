@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dynosim.errors import DynosimError
 from search.study_file import DEFAULT_STORAGE
 
 if TYPE_CHECKING:
@@ -42,7 +43,10 @@ def run(args: argparse.Namespace) -> int:
     for line in best_lines(study):
         console.print(f"  {line}", highlight=False, markup=False)
     out = args.out if args.out is not None else Path("runs") / f"report-{args.name}"
-    paths = write_report(study, out)
+    try:
+        paths = write_report(study, out)
+    except OSError as exc:
+        raise DynosimError(f"--out {out}: {exc.strerror or exc}") from None
     console.print("\nwrote " + "  ".join(str(p) for p in paths.values()), highlight=False)
     return 0
 

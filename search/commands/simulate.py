@@ -69,14 +69,17 @@ def run(args: argparse.Namespace) -> int:
             f"{first[1]}[/yellow]"
         )
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
         payload = {
             "deployment": config.to_dict(),
             "workload": workload.name,
             "seed": args.seed,
             "metrics": _jsonable(result.metrics.to_dict()),
         }
-        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+        try:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(payload, indent=2) + "\n")
+        except OSError as exc:
+            raise DynosimError(f"--json {args.json}: {exc.strerror or exc}") from None
         console.print(f"metrics written to {args.json}")
     return 0
 

@@ -129,3 +129,22 @@ def test_malformed_trace_line_is_reported_with_file_and_line(
     assert code == 2
     assert f"{trace}:2:" in err
     assert len(err.splitlines()) == 1
+
+
+def test_binary_yaml_and_unwritable_json_are_one_line_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    binary = tmp_path / "bin.yaml"
+    binary.write_bytes(b"\xff\xfe\x00\x01")
+    wl = _workload(tmp_path)
+    cases = [
+        (["simulate", str(binary), "--workload", str(wl)], "not UTF-8 text"),
+        (["simulate", str(EXAMPLE), "--workload", str(binary)], "not UTF-8 text"),
+        (["tune", str(binary)], "not UTF-8 text"),
+        (["simulate", str(EXAMPLE), "--workload", str(wl), "--json", str(tmp_path)], "--json"),
+    ]
+    for argv, expected in cases:
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert expected in err
+        assert len(err.splitlines()) == 1

@@ -311,3 +311,19 @@ def test_load_workload_file_errors_are_one_line(tmp_path: Path, text: str, expec
     assert expected in str(info.value)
     assert str(path.parent) in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_relative_empirical_trace_from_a_relative_workload_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "wl"
+    folder.mkdir()
+    (folder / "lens.csv").write_text("arrival_s,input_tokens,output_tokens\n0,100,7\n1,200,9\n")
+    (folder / "emp.yaml").write_text(
+        "requests: 5\narrival: {process: constant, rate_rps: 1}\n"
+        "input_tokens: {dist: empirical, trace: lens.csv}\n"
+        "output_tokens: {dist: fixed, value: 3}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    workload = load_workload_file("wl/emp.yaml")
+    assert {r.input_tokens for r in workload.requests} <= {100, 200}

@@ -124,6 +124,8 @@ MOONCAKE_BAD = {
     "zero output": (GOOD.replace('"output_length": 5', '"output_length": 0'), "output_length"),
     "hash length": (GOOD.replace("[0, 1]", "[0, 1, 2]"), "hash_ids has 3 ids"),
     "hash type": (GOOD.replace("[0, 1]", '[0, "x"]'), "hash_ids must be a list of integers"),
+    "hash repeats": (GOOD.replace("[0, 1]", "[1, 1]"), "hash_ids repeats an id"),
+    "huge tokens": (GOOD.replace("600", "10" * 12), "input_length must be <= 100,000,000"),
     "negative timestamp": (
         GOOD.replace('"timestamp": 0', '"timestamp": -1'),
         "timestamp must be >= 0",
@@ -175,17 +177,19 @@ GENERIC_BAD = {
     "hash count": ("1,10,10,1|2", "hash_ids has 2 ids"),
     "hash text": ("1,10,10,a", "hash_ids must be integers"),
     "field count": ("1,10", "expected 4 fields"),
+    "huge field": ("1,10,10," + "9" * 200_000, "malformed CSV: field larger than field limit"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(GENERIC_BAD))
 def test_generic_malformed_line_names_file_and_line(tmp_path: Path, case: str) -> None:
     bad, what = GENERIC_BAD[case]
-    text = f"arrival_s,input_tokens,output_tokens,hash_ids\n0,10,10,7\n0,10,10,\n{bad}\n"
+    # leading blank lines count: the bad row is line 5 of the file
+    text = f"\n\narrival_s,input_tokens,output_tokens,hash_ids\n0,10,10,\n{bad}\n"
     path = _write(tmp_path, "g.csv", text)
     with pytest.raises(WorkloadError) as info:
         load_trace(path)
-    assert str(info.value).startswith(f"{path}:4: ")
+    assert str(info.value).startswith(f"{path}:5: ")
     assert what in str(info.value)
 
 
@@ -205,6 +209,10 @@ def test_empty_and_unknown_files(tmp_path: Path) -> None:
         assert name in message
     with pytest.raises(WorkloadError, match="cannot read"):
         load_trace(tmp_path / "absent.jsonl")
+    binary = tmp_path / "b.jsonl"
+    binary.write_bytes(b"\xff\xfe\x00\x01")
+    with pytest.raises(WorkloadError, match="not UTF-8 text"):
+        load_trace(binary)
 
 
 def test_zero_output_clamped_on_request(tmp_path: Path) -> None:
