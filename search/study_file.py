@@ -154,7 +154,9 @@ def parse_study(
     _check_deployment_names(at, deployment)
     fixed = {**deployment, "model": _str(at, data, "model"), "gpu": _str(at, data, "gpu")}
     gpu_budget = data.get("gpu_budget")
-    if gpu_budget is not None and (not isinstance(gpu_budget, int) or gpu_budget < 1):
+    if gpu_budget is not None and (
+        isinstance(gpu_budget, bool) or not isinstance(gpu_budget, int) or gpu_budget < 1
+    ):
         raise ConfigError(f"{at}gpu_budget", gpu_budget, "a positive integer")
     space_raw = data.get("space")
     if isinstance(space_raw, str):
@@ -283,12 +285,12 @@ def _budget(at: str, data: Mapping[str, Any]) -> Budget:
     b = _map(at, data, "budget")
     _no_unknown(at, "budget.", b, _BUDGET)
     wall = b.get("max_wall_s")
-    bad = isinstance(wall, bool) or not isinstance(wall, int | float) or wall <= 0
+    bad = isinstance(wall, bool) or not isinstance(wall, int | float) or not 0 < wall < math.inf
     if wall is not None and bad:
         raise ConfigError(f"{at}budget.max_wall_s", wall, "a positive number of seconds")
     tol = b.get("tol", 1e-3)
-    if isinstance(tol, bool) or not isinstance(tol, int | float) or tol < 0:
-        raise ConfigError(f"{at}budget.tol", tol, "a number >= 0")
+    if isinstance(tol, bool) or not isinstance(tol, int | float) or not 0 <= tol < math.inf:
+        raise ConfigError(f"{at}budget.tol", tol, "a finite number >= 0")
     gen = b.get("generation")
     return Budget(
         max_trials=_int(f"{at}budget.", b, "max_trials", 100, low=1),

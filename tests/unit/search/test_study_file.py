@@ -77,6 +77,8 @@ def test_space_file_is_inlined_for_resume(tmp_path: Path) -> None:
             "knobs.engine.foo",
         ),
         ({"space": "missing.yaml"}, "space"),
+        ({"gpu_budget": True}, "gpu_budget"),
+        ({"budget": {"max_trials": 3, "tol": float("nan")}}, "budget.tol"),
     ],
 )
 def test_malformed_study_gives_one_line_naming_file_and_field(
