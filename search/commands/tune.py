@@ -133,7 +133,8 @@ def _progress(sf: StudyFile, enabled: bool) -> Iterator[Callable[[RunState], Non
 
 
 def print_outcome(sf: StudyFile, state: RunState) -> None:
-    """Status line and the Pareto front (the report's table, else a simple one)."""
+    """Status line, the Pareto front and the best configuration under each SLO."""
+    from search.report import best_lines, load_study, pareto_table
     from search.terminal import make_console
 
     console = make_console()
@@ -141,24 +142,12 @@ def print_outcome(sf: StudyFile, state: RunState) -> None:
         f"study [bold]{state.name}[/]: {state.status}; {state.n_trials} trials, "
         f"{state.n_feasible} feasible, hypervolume {state.hypervolume:.4f}; storage {sf.storage}"
     )
-    try:
-        from search.report import load_study, pareto_table
-    except ImportError:
-        console.print(_simple_front(sf, state))
-    else:
-        console.print(pareto_table(load_study(sf.storage, sf.name)))
+    study = load_study(sf.storage, sf.name)
+    console.print(pareto_table(study))
+    console.print("best configuration under each SLO (best first objective):")
+    for line in best_lines(study):
+        console.print(line, highlight=False, markup=False)
+    console.print(
+        f"reports (CSV, HTML): dynosim report {sf.name} --storage {sf.storage}", highlight=False
+    )
     sys.stdout.flush()
-
-
-def _simple_front(sf: StudyFile, state: RunState) -> Any:
-    from rich.table import Table
-
-    table = Table(title=f"Pareto front ({len(state.front)} configs)")
-    for name in sf.problem.space.names:
-        table.add_column(name.split(".")[-1])
-    for o in sf.problem.objectives:
-        table.add_column(o.metric, justify="right")
-    for r in state.front:
-        knobs = [str(r.params.get(n, "-")) for n in sf.problem.space.names]
-        table.add_row(*knobs, *(f"{v:.4g}" for v in r.values))
-    return table
