@@ -98,7 +98,14 @@ def build_optimizer(
         )
     from search.optimizers.optuna_sampler import OptunaOptimizer
 
-    return OptunaOptimizer(space, _sampler(name, settings, problem, seed), problem.directions)
+    design = int(settings.get("n_startup_trials", 10)) if name in ("tpe", "gp") else 0
+    return OptunaOptimizer(
+        space,
+        _sampler(name, settings, problem, seed),
+        problem.directions,
+        initial_design=design,
+        seed=seed,
+    )
 
 
 def _sampler(name: str, settings: Mapping[str, Any], problem: Problem, seed: int) -> Any:

@@ -13,6 +13,8 @@ from collections import defaultdict, deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from search.evaluator import TrialResult
 from search.problem import params_key
 from search.space import Knob, Params, Space
@@ -61,7 +63,13 @@ class OptunaOptimizer:
     """
 
     def __init__(
-        self, space: Space, sampler: optuna.samplers.BaseSampler, directions: Sequence[str]
+        self,
+        space: Space,
+        sampler: optuna.samplers.BaseSampler,
+        directions: Sequence[str],
+        *,
+        initial_design: int = 0,
+        seed: int = 0,
     ) -> None:
         import optuna
 
@@ -72,6 +80,8 @@ class OptunaOptimizer:
         self._study = optuna.create_study(directions=[str(d) for d in directions], sampler=sampler)  # type: ignore[misc]
         self._pending: dict[str, deque[optuna.trial.Trial]] = defaultdict(deque)
         self._replayed = 0
+        self._design = initial_design
+        self._seed = seed
 
     @property
     def study(self) -> optuna.Study:
@@ -80,6 +90,11 @@ class OptunaOptimizer:
 
     def ask(self, n: int) -> list[Params]:
         """``n`` proposals, each an Optuna trial left RUNNING until told."""
+        if self._design and not self._study.trials:  # a fresh study: space-filling start
+            rng = np.random.default_rng(np.random.SeedSequence([self._seed, 0x1A5]))
+            for point in latin_hypercube(self._space, self._design, rng):
+                self._study.enqueue_trial(point)
+        self._design = 0
         out: list[Params] = []
         for _ in range(n):
             trial = self._study.ask()
@@ -117,3 +132,26 @@ class OptunaOptimizer:
             system_attrs=system_attrs,
         )
         self._study.add_trial(trial)
+
+
+def latin_hypercube(space: Space, n: int, rng: np.random.Generator) -> list[Params]:
+    """``n`` points where every knob's values are spread evenly (a Latin hypercube).
+
+    A choice knob takes each value ``n / len(values)`` times, a numeric knob one value in each
+    of ``n`` equal strata of its range (log range for ``log`` knobs); columns are shuffled
+    independently. Knobs made inactive by a ``when`` condition are dropped per point.
+    """
+    columns: dict[str, list[Any]] = {}
+    for k in space.knobs:
+        if k.kind == "choice":
+            col: list[Any] = [k.values[i % len(k.values)] for i in range(n)]
+        else:
+            u = (np.arange(n) + rng.random(n)) / n
+            lo, hi = (np.log(k.low), np.log(k.high)) if k.log else (k.low, k.high)
+            x = lo + u * (hi - lo)
+            x = np.exp(x) if k.log else x
+            if k.step is not None:
+                x = k.low + np.round((x - k.low) / k.step) * k.step
+            col = [round(float(v)) if k.kind == "int" else float(v) for v in x]
+        columns[k.name] = [col[i] for i in rng.permutation(n)]
+    return [space.active_params({name: c[i] for name, c in columns.items()}) for i in range(n)]

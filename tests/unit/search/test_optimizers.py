@@ -138,3 +138,24 @@ def test_bad_optimizer_settings() -> None:
     if importlib.util.find_spec("torch") is None:
         with pytest.raises(ConfigError, match="needs torch"):
             check_optimizer("gp", {})
+
+
+def test_latin_hypercube_spreads_every_knob(problem: Problem) -> None:
+    import numpy as np
+
+    from search.optimizers.optuna_sampler import latin_hypercube
+
+    points = latin_hypercube(problem.space, 8, np.random.default_rng(0))
+    assert len(points) == 8
+    for p in points:
+        problem.space.validate(p)
+    assert sorted(p["tp"] for p in points) == [1, 1, 2, 2, 4, 4, 8, 8]  # each value twice
+    seqs = sorted(p["engine.max_num_seqs"] for p in points)  # one per log-stratum of 16..256
+    edges = np.exp(np.linspace(np.log(16), np.log(256), 9))
+    assert all(lo - 1 <= s <= hi + 1 for s, lo, hi in zip(seqs, edges[:-1], edges[1:], strict=True))
+
+
+def test_tpe_starts_with_the_latin_hypercube(problem: Problem) -> None:
+    opt = build_optimizer("tpe", {"n_startup_trials": 8}, problem, seed=0)
+    first = opt.ask(8)
+    assert sorted(p["tp"] for p in first) == [1, 1, 2, 2, 4, 4, 8, 8]
