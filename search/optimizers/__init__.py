@@ -6,8 +6,10 @@ Names a study file may use (``optimizer.name``) and their settings:
 * ``optuna-nsga2``: Optuna ``NSGAIISampler`` (``NSGAIIISampler`` for 4+ objectives);
   ``population`` (16), ``crossover_prob`` (0.9), ``mutation_prob`` (None = 1/knobs).
 * ``optuna-nsga3``: Optuna ``NSGAIIISampler``; ``population`` (16).
-* ``tpe``: Optuna ``TPESampler`` (multivariate, grouped, constant liar); ``n_startup_trials`` (10).
-* ``gp``: Optuna ``GPSampler``; needs torch, which is not a dependency; ``n_startup_trials`` (10).
+* ``tpe``: Optuna ``TPESampler`` (multivariate, grouped, constant liar); ``n_startup_trials`` (10),
+  which are a Latin hypercube of the space rather than random points.
+* ``gp``: Optuna ``GPSampler``; needs torch, which is not a dependency; ``n_startup_trials`` (10),
+  a Latin hypercube as for ``tpe``.
 * ``optuna-random``: Optuna ``RandomSampler``.
 * ``random``: :class:`~search.optimizers.random.RandomOptimizer`.
 * ``grid``: :class:`~search.optimizers.grid.GridOptimizer`, the exhaustive baseline.
