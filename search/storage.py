@@ -43,6 +43,9 @@ def open_storage(url: str, *, create: bool = True) -> optuna.storages.BaseStorag
         path = Path(url.removeprefix("sqlite:///").removeprefix("journal:")).expanduser()
         if not path.is_file():
             raise ConfigError("--storage", url, "an existing storage file")
+        if url.startswith("sqlite:///") and not _has_optuna_schema(path):
+            # Opening it with RDBStorage would write Optuna's tables into someone's database.
+            raise ConfigError("--storage", url, "a SQLite file that holds Optuna studies")
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
@@ -65,6 +68,17 @@ def open_storage(url: str, *, create: bool = True) -> optuna.storages.BaseStorag
         raise ConfigError("storage", url, f"a journal file or SQLAlchemy URL ({exc})") from exc
     except Exception as exc:  # SQLAlchemy errors have no common base we can import cheaply
         raise ConfigError("storage", url, f"a reachable storage ({type(exc).__name__})") from exc
+
+
+def _has_optuna_schema(path: Path) -> bool:
+    import sqlite3
+
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+            rows = db.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
+    except sqlite3.Error:
+        return False
+    return any(name == "studies" for (name,) in rows)
 
 
 def study_names(storage: optuna.storages.BaseStorage) -> list[str]:

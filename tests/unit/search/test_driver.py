@@ -256,6 +256,17 @@ def test_missing_storage_file_is_not_created(tmp_path: Path) -> None:
     assert not (tmp_path / "none.journal").exists()
 
 
+def test_reading_a_sqlite_file_without_studies_writes_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "other.db"
+    db.write_bytes(b"")
+    with pytest.raises(ConfigError, match="holds Optuna studies"):
+        open_storage(f"sqlite:///{db}", create=False)
+    assert db.stat().st_size == 0
+    sf = fakes.study(tmp_path, storage=f"sqlite:///{tmp_path / 's.db'}")
+    run(sf)
+    assert open_storage(sf.storage, create=False) is not None  # a real study opens
+
+
 def test_repeats_of_a_running_config_do_not_spin_the_driver(tmp_path: Path) -> None:
     # Two evaluation slots, one distinct config: every further proposal repeats the one in
     # flight. The driver must wait for its result instead of asking forever.
