@@ -32,11 +32,10 @@ from dynosim.perf.overhead import DEFAULT_OVERHEADS, FrameworkOverhead
 from dynosim.perf.silicon import (
     CALIBRATION_GROUPS,
     SiliconRow,
-    closed_loop_requests,
     load_rows,
+    replay,
     row_config,
 )
-from dynosim.simulation import Simulation
 
 PROBES = (FrameworkOverhead(0.0, 0.0), FrameworkOverhead(1000.0, 0.0), FrameworkOverhead(0.0, 50.0))
 
@@ -45,9 +44,8 @@ def replay_with(row: SiliconRow, overhead: FrameworkOverhead) -> tuple[float, fl
     """Mean (TTFT, TPOT) in ms of the row's benchmark with this overhead."""
     config = row_config(row)
     perf = replace(resolve(config), timing=AicStepTime(aic_tables(resolve_key(config)), overhead))
-    requests = closed_loop_requests(row.concurrency, row.concurrency * 4, row.isl, row.osl)
-    m = Simulation(config, requests, perf=perf).run().metrics
-    return m.time_to_first_token.avg, m.inter_token_latency.avg
+    r = replay(row, perf=perf)
+    return r.ttft_ms, r.tpot_ms
 
 
 def fit(rows: list[SiliconRow]) -> FrameworkOverhead:

@@ -31,6 +31,13 @@ def read_text(path: str | Path, error: Callable[[Path, str], DynosimError] = _ca
         raise error(p, str(exc.strerror or exc)) from None
 
 
+def yaml_syntax_error(path: Path, exc: yaml.YAMLError) -> str:
+    """One line ``FILE:LINE: invalid YAML: problem`` for a YAML parse error."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+    return f"{where}: invalid YAML: {getattr(exc, 'problem', None) or 'parse error'}"
+
+
 def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
     """Parse a YAML file whose top level must be a mapping."""
     p = Path(path)
@@ -38,10 +45,7 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{p}:{mark.line + 1}" if mark is not None else str(p)
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise DynosimError(f"{where}: {problem}") from None
+        raise DynosimError(yaml_syntax_error(p, exc)) from None
     if not isinstance(data, dict):
         raise DynosimError(f"{p}: expected a mapping of fields, got {type(data).__name__}")
     return data

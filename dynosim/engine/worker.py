@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
@@ -332,8 +332,3 @@ class EngineWorker:
         rr.preemptions += 1
         self.waiting.appendleft(rr)
         self.pending_prefill += rr.target
-
-
-def describe(workers: Sequence[EngineWorker]) -> str:
-    """One line of per-worker counters (for debugging and benchmarks)."""
-    return ", ".join(f"w{w.index}: {w.steps} steps / {w.events} events" for w in workers)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dynosim.config import DeploymentConfig
+from dynosim.perf.deployment import DeploymentPerf
 from dynosim.simulation import Simulation
 from dynosim.types import Request
 
@@ -133,9 +134,12 @@ class Replay:
         return self.tpot_ms / self.row.tpot_ms - 1.0
 
 
-def replay(row: SiliconRow, *, rounds: int = 4) -> Replay:
-    """Run the row's closed-loop benchmark (``rounds`` requests per client) in the simulator."""
+def replay(row: SiliconRow, *, rounds: int = 4, perf: DeploymentPerf | None = None) -> Replay:
+    """Run the row's closed-loop benchmark (``rounds`` requests per client) in the simulator.
+
+    ``perf`` replaces the deployment's own performance model (calibration tries overheads).
+    """
     config = row_config(row)
     requests = closed_loop_requests(row.concurrency, row.concurrency * rounds, row.isl, row.osl)
-    metrics = Simulation(config, requests).run().metrics
+    metrics = Simulation(config, requests, perf=perf).run().metrics
     return Replay(row, metrics.time_to_first_token.avg, metrics.inter_token_latency.avg)

@@ -49,7 +49,7 @@ import numpy.typing as npt
 import yaml
 
 from dynosim.errors import ConfigError, WorkloadError
-from dynosim.files import read_text
+from dynosim.files import read_text, yaml_syntax_error
 from dynosim.types import HASH_BLOCK_TOKENS, Request
 from dynosim.workload.traces import Workload, load_trace, load_trace_workload
 
@@ -417,10 +417,7 @@ def load_workload_file(path: str | Path) -> Workload:
             read_text(path, lambda p, why: WorkloadError(f"{p}: cannot read workload file: {why}"))
         )
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise WorkloadError(f"{where}: invalid YAML: {problem}") from None
+        raise WorkloadError(yaml_syntax_error(path, exc)) from None
     try:
         if isinstance(data, Mapping) and "trace" in data:
             keys = ("trace", "speedup", "max_requests", "warmup_requests", "name")
