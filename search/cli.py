@@ -20,6 +20,7 @@ COMMANDS = {
     "resume": "Continue a stored study after a stop or a crash.",
     "report": "Print a study's Pareto front and write CSV/HTML reports.",
     "studies": "List the studies in a storage.",
+    "export": "Print a trial as launch commands for its backend and an AIPerf check.",
 }
 
 

@@ -1,8 +1,10 @@
 """Interactive plotly figures of a study: Pareto front, objective matrix, convergence.
 
 Every HTML file embeds plotly.js, so reports open offline and can be mailed as one file.
-Points are trials; hovering shows the trial number, its objectives and key metrics with units,
-and every knob. Configs that could not run (penalty values, no metrics) are not plotted.
+Points are trials, one point per set of configs with the same objective values
+(``search.report.group_trials``); hovering shows the trial numbers, the objectives and key
+metrics with units, and every knob (``any of`` where the configs of a point differ). Configs that
+could not run (penalty values, no metrics) are not plotted.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import numpy as np
 
 from search.report import (
     KEY_METRICS,
+    TrialGroup,
     format_value,
+    group_trials,
     is_feasible,
     is_runnable,
     metric_label,
@@ -34,12 +38,23 @@ FEASIBLE_COLOR = "#1f77b4"
 INFEASIBLE_COLOR = "#7f7f7f"
 
 
-def hover_text(trial: FrozenTrial, study_objectives: Sequence[tuple[str, str]]) -> str:
-    """Hover label of one trial: objectives, key metrics, knobs, and why it is infeasible."""
-    metrics = trial.user_attrs.get("metrics") or {}
-    lines = [f"<b>trial #{trial.number}</b>"]
+def hover_text(trial: FrozenTrial | TrialGroup, study_objectives: Sequence[tuple[str, str]]) -> str:
+    """Hover label of a trial or a group of trials with the same objective values.
+
+    Objectives, key metrics (of the group's first trial), knobs (``knob: any of a, b`` where
+    the group's configs differ), and why it is infeasible.
+    """
+    group = trial if isinstance(trial, TrialGroup) else TrialGroup((trial,))
+    first = group.first
+    metrics = first.user_attrs.get("metrics") or {}
+    head = f"<b>trial #{first.number}</b>"
+    if len(group) > 1:
+        others = ", ".join(f"#{n}" for n in group.numbers[1:9])
+        more = ", ..." if len(group) > 9 else ""
+        head += f" = {others}{more} ({len(group)} configs, same objective values)"
+    lines = [head]
     shown = set()
-    for (m, _), v in zip(study_objectives, trial.values or (), strict=False):
+    for (m, _), v in zip(study_objectives, first.values or (), strict=False):
         lines.append(f"{metric_label(m)}: {format_value(m, v)}")
         shown.add(m)
     lines += [
@@ -48,9 +63,11 @@ def hover_text(trial: FrozenTrial, study_objectives: Sequence[tuple[str, str]]) 
         if m in metrics and m not in shown
     ]
     lines.append("—")
-    lines += [f"{k}={v}" for k, v in sorted(trial.params.items())]
-    if not is_feasible(trial):
-        reason = trial.user_attrs.get("infeasible_reason") or "constraint violated"
+    any_of = group.any_of()
+    lines += [f"{k}={v}" for k, v in sorted(first.params.items()) if k not in any_of]
+    lines += [f"{k}: {html.escape(group.knob_cell(k))}" for k in any_of]
+    if not is_feasible(first):
+        reason = first.user_attrs.get("infeasible_reason") or "constraint violated"
         lines.append(f"<i>infeasible: {html.escape(str(reason))}</i>")
     return "<br>".join(lines)
 
@@ -89,10 +106,10 @@ def pareto_scatter(study: optuna.Study) -> go.Figure:
     front, feasible, infeasible, not_run = _groups(study)
     one = len(objs) == 1
 
-    def xy(trials: Sequence[FrozenTrial]) -> tuple[list[float], list[float]]:
+    def xy(groups: Sequence[TrialGroup]) -> tuple[list[float], list[float]]:
         if one:
-            return [t.number for t in trials], [t.values[0] for t in trials]
-        return [t.values[0] for t in trials], [t.values[1] for t in trials]
+            return [g.first.number for g in groups], [g.first.values[0] for g in groups]
+        return [g.first.values[0] for g in groups], [g.first.values[1] for g in groups]
 
     fig = go.Figure()
     styles = (
@@ -101,7 +118,8 @@ def pareto_scatter(study: optuna.Study) -> go.Figure:
         ("Pareto front", front, FRONT_COLOR, "diamond", 1.0, "lines+markers"),
     )
     for name, trials, color, symbol, opacity, mode in styles:
-        x, y = xy(trials)
+        groups = group_trials(trials)
+        x, y = xy(groups)
         fig.add_trace(
             go.Scatter(
                 x=x,
@@ -111,13 +129,16 @@ def pareto_scatter(study: optuna.Study) -> go.Figure:
                 marker={"color": color, "symbol": symbol, "size": 10 if opacity == 1 else 7},
                 line={"color": color, "width": 1.5},
                 opacity=opacity,
-                text=[hover_text(t, objs) for t in trials],
+                text=[hover_text(g, objs) for g in groups],
                 hovertemplate="%{text}<extra></extra>",
             )
         )
     note = f"; {not_run} configs could not run (not shown)" if not_run else ""
+    n_points = len(group_trials(front))
+    size = f"{n_points} points, {len(front)} configs" if n_points < len(front) else (
+        f"{len(front)} configs")  # fmt: skip
     fig.update_layout(
-        title=f"{study.study_name}: Pareto front ({len(front)} configs){note}",
+        title=f"{study.study_name}: Pareto front ({size}){note}",
         xaxis_title="trial" if one else _axis(*objs[0]),
         yaxis_title=_axis(*objs[0 if one else 1]),
         hovermode="closest",
@@ -138,8 +159,9 @@ def objective_matrix(study: optuna.Study) -> go.Figure:
         ("feasible", feasible, FEASIBLE_COLOR, 0.35),
         ("Pareto front", front, FRONT_COLOR, 1.0),
     ):
+        groups = group_trials(trials)
         dims = [
-            {"label": metric_label(m), "values": [t.values[i] for t in trials]}
+            {"label": metric_label(m), "values": [g.first.values[i] for g in groups]}
             for i, (m, _) in enumerate(objs)
         ]
         fig.add_trace(
@@ -147,7 +169,7 @@ def objective_matrix(study: optuna.Study) -> go.Figure:
                 dimensions=dims,
                 name=f"{name} ({len(trials)})",
                 marker={"color": color, "size": 6, "opacity": opacity},
-                text=[hover_text(t, objs) for t in trials],
+                text=[hover_text(g, objs) for g in groups],
                 hovertemplate="%{text}<extra></extra>",
                 diagonal_visible=False,
             )

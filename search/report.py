@@ -3,11 +3,14 @@
 Pure functions over a loaded ``optuna.Study`` whose trials follow the layout written by
 ``search.storage`` (``params`` = knobs, ``values`` in study directions, constraint values in
 ``system_attrs["constraints"]`` with ``<= 0`` satisfied, ``metrics``/``config``/``feasible`` in
-``user_attrs``). The HTML plots live in ``search.plots``; ``write_report`` writes both.
+``user_attrs``). Configs with the same objective values are one row of the Pareto table,
+``pareto.csv`` and the best-per-SLO lines (:func:`group_trials`). The HTML plots live in
+``search.plots``, knob importance in ``search.importance``; ``write_report`` writes them all.
 """
 
 from __future__ import annotations
 
+import bisect
 import csv
 import json
 import math
@@ -52,7 +55,16 @@ _NAMES: dict[str, tuple[str, str]] = {  # metric stem -> (short name, unit)
     "cost_per_million_output_tokens": ("cost", "$/Mtok"),
     "simulated_duration_s": ("simulated", "s"),
     "wall_s": ("wall", "s"),
+    "capacity_rps": ("capacity", "req/s"),
+    "capacity_rps_per_gpu": ("capacity req/GPU", "req/s/GPU"),
+    "capacity_output_tokens_per_s_per_gpu": ("capacity/GPU", "tok/s/GPU"),
+    "load_level": ("load", ""),
+    "gpus": ("GPUs", ""),
+    "slo_attainment": ("SLO attainment", "%"),
+    "utilization": ("utilization", "%"),
 }
+_FRACTIONS = frozenset({"prefix_cache_hit_rate", "slo_attainment", "utilization"})
+"""Metrics stored as fractions in [0, 1] and shown as percent."""
 _OPS = {"<=": "≤", ">=": "≥"}
 
 
@@ -89,10 +101,10 @@ def metric_unit(metric: str) -> str:
 
 
 def format_value(metric: str, value: float | None) -> str:
-    """A metric value for a reader: thousands separators, hit rates as percent."""
+    """A metric value for a reader: thousands separators, fractions (hit rate...) as percent."""
     if value is None or not math.isfinite(value):
         return "-"
-    if metric.startswith("prefix_cache_hit_rate"):
+    if metric.partition(".")[0] in _FRACTIONS:
         return f"{100.0 * value:.1f}"
     mag = abs(value)
     if mag >= 100:
@@ -169,24 +181,136 @@ def is_runnable(trial: FrozenTrial) -> bool:
 def pareto_of(trials: Sequence[FrozenTrial], directions: Sequence[str]) -> list[FrozenTrial]:
     """Feasible trials not dominated by another feasible trial; duplicates are all kept.
 
-    Sorted best first by the first objective.
+    Trials with the same objective values (:func:`same_values`) are on the front together or
+    not at all: dominance is decided on each group's first trial, so a difference below
+    ``SAME_VALUES_RTOL`` never pushes a config off the front. Sorted best first by the first
+    objective, the members of a group together (by trial number).
     """
     feasible = [t for t in trials if is_feasible(t)]
     if not feasible:
         return []
     import moocore
 
-    pts = np.array([t.values for t in feasible], dtype=float)
+    groups = group_trials(feasible)
+    pts = np.array([g.first.values for g in groups], dtype=float)
     maximise = [d == "maximize" for d in directions]
     mask = np.asarray(moocore.is_nondominated(pts, maximise=maximise, keep_weakly=True))
-    front = [t for t, keep in zip(feasible, mask, strict=True) if keep]
+    front = [g for g, keep in zip(groups, mask, strict=True) if keep]
     sign = -1.0 if maximise[0] else 1.0
-    return sorted(front, key=lambda t: (sign * t.values[0], t.number))
+    front.sort(key=lambda g: (sign * g.first.values[0], g.first.number))
+    return [t for g in front for t in g.trials]
 
 
 def pareto_trials(study: optuna.Study) -> list[FrozenTrial]:
     """The feasible non-dominated trials in the study directions, best first objective first."""
     return pareto_of(study.get_trials(deepcopy=False), [d for _, d in objectives(study)])
+
+
+# --------------------------------------------------------------------------- same values
+@dataclass(frozen=True, slots=True)
+class TrialGroup:
+    """Trials whose objective values are the same (see :func:`same_values`): one report row.
+
+    Configs often tie exactly: a knob that never binds (``max_num_seqs`` above the concurrency
+    the workload reaches) gives the same simulation whatever its value.
+
+    Attributes:
+        trials: The members, lowest trial number first; the first one stands for the group
+            (its metrics, config and number are what a row shows).
+    """
+
+    trials: tuple[FrozenTrial, ...]
+
+    @property
+    def first(self) -> FrozenTrial:
+        """The representative: the member with the lowest trial number."""
+        return self.trials[0]
+
+    @property
+    def numbers(self) -> list[int]:
+        """Trial numbers of the members, ascending."""
+        return [t.number for t in self.trials]
+
+    def __len__(self) -> int:
+        return len(self.trials)
+
+    def any_of(self) -> dict[str, list[Any]]:
+        """Knobs whose value differs among the members, each with its distinct values.
+
+        A knob a member lacks (a conditional knob whose condition does not hold) counts as the
+        value ``None``. Values are sorted (``None`` first), knobs by name.
+        """
+        knobs = sorted({k for t in self.trials for k in t.params})
+        out = {}
+        for k in knobs:
+            distinct = {json.dumps(t.params.get(k), default=str): t.params.get(k)
+                        for t in self.trials}  # fmt: skip
+            if len(distinct) > 1:
+                out[k] = sorted(distinct.values(), key=_value_order)
+        return out
+
+    def knob_cell(self, knob: str) -> str:
+        """``"any of 64, 256"`` when the members differ in ``knob``, else its value (``-``)."""
+        choices = self.any_of().get(knob)
+        if choices is None:
+            return _short(self.first.params.get(knob, "-"))
+        return "any of " + ", ".join("-" if v is None else _short(v) for v in choices)
+
+
+SAME_VALUES_RTOL = 1e-9
+"""Two trials have the same objective values when each pair differs by at most this fraction
+of the larger magnitude (``math.isclose(a, b, rel_tol=1e-9, abs_tol=0)``): exact ties from
+deterministic simulations group, while any real difference (1e-6 relative is ~0.001 tok/s on
+1000 tok/s) keeps its own row. Exact zeros equal only exact zeros."""
+
+
+def same_values(a: Sequence[float] | None, b: Sequence[float] | None) -> bool:
+    """True when ``a`` and ``b`` have the same length and agree within ``SAME_VALUES_RTOL``.
+
+    ``None``, empty and NaN values are never the same as anything.
+    """
+    if not a or not b or len(a) != len(b):
+        return False
+    return all(math.isclose(x, y, rel_tol=SAME_VALUES_RTOL, abs_tol=0.0)
+               for x, y in zip(a, b, strict=True))  # fmt: skip
+
+
+def group_trials(trials: Sequence[FrozenTrial]) -> list[TrialGroup]:
+    """Group trials with the same objective values; groups keep the order of ``trials``.
+
+    A trial joins a group when its values are the same as those of the group's first trial
+    (closeness is not transitive; comparing with one fixed member keeps groups well defined).
+    A group stands where its first trial stood in ``trials``. Trials without finite values
+    each form their own group.
+    """
+    members: list[list[FrozenTrial]] = []
+    keys: list[tuple[float, int]] = []  # (first objective value, group index), sorted
+    for t in trials:
+        values = t.values
+        if not values or not math.isfinite(values[0]):
+            members.append([t])
+            continue
+        v0 = float(values[0])
+        tol = 2.0 * SAME_VALUES_RTOL * abs(v0)
+        i = bisect.bisect_left(keys, (v0 - tol, -1))
+        while i < len(keys) and keys[i][0] <= v0 + tol:
+            group = members[keys[i][1]]
+            if same_values(group[0].values, values):
+                group.append(t)
+                break
+            i += 1
+        else:
+            bisect.insort(keys, (v0, len(members)))
+            members.append([t])
+    return [TrialGroup(tuple(sorted(m, key=lambda t: t.number))) for m in members]
+
+
+def _value_order(v: Any) -> tuple[int, Any]:
+    if v is None:
+        return (0, 0)
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return (2, str(v))
+    return (1, v)
 
 
 # --------------------------------------------------------------------------- tables
@@ -255,23 +379,46 @@ def varying_knobs(trials: Sequence[FrozenTrial]) -> tuple[list[str], dict[str, A
     return varying, fixed
 
 
+def pareto_groups(study: optuna.Study) -> list[TrialGroup]:
+    """The Pareto front with configs of the same objective values grouped, best first."""
+    return group_trials(pareto_trials(study))
+
+
 def pareto_table(study: optuna.Study) -> Table:
-    """The Pareto front as a rich table: differing knobs, objectives with units, SLO values."""
+    """The Pareto front as a rich table: one row per distinct objective vector.
+
+    Columns: the representative trial, how many configs share its values (when any do), the
+    knobs that differ on the front (``any of ...`` where the configs of a row differ),
+    objectives with units, and the SLO values of the representative.
+    """
     from rich.table import Table
 
     front = pareto_trials(study)
+    groups = group_trials(front)
     objs = objectives(study)
     slos = slo_constraints(study)
     varying, fixed = varying_knobs(front) if front else ([], {})
-    if len(front) == 1:
-        varying, fixed = sorted(front[0].params), {}
+    if len(groups) == 1:
+        varying, fixed = sorted({k for t in front for k in t.params}), {}
     n_feasible = sum(is_feasible(t) for t in study.get_trials(deepcopy=False))
-    table = Table(title=f"Pareto front of {study.study_name}: {len(front)} of {n_feasible} "
+    grouped = len(groups) < len(front)
+    points = f"{len(groups)} points ({len(front)} configs)" if grouped else str(len(front))
+    table = Table(title=f"Pareto front of {study.study_name}: {points} of {n_feasible} "
                   "feasible trials", title_justify="left")  # fmt: skip
+    notes = []
     if fixed:
-        table.caption = "same in every Pareto config: " + knobs_text(fixed)
+        notes.append("same in every Pareto config: " + knobs_text(fixed))
+    if grouped:
+        notes.append(
+            f"a row = the configs with the same objective values (to {SAME_VALUES_RTOL:g} "
+            "relative); #: the lowest trial number; any of: the values those configs take"
+        )
+    if notes:
+        table.caption = "\n".join(notes)
         table.caption_justify = "left"
     table.add_column("#", justify="right", style="dim")
+    if grouped:
+        table.add_column("configs", justify="right", style="dim")
     for k in varying:  # headers break at dots and before units, so narrow terminals cope
         table.add_column(k.replace(".", ".\n"), justify="right", style="cyan")
     for m, d in objs:
@@ -283,9 +430,11 @@ def pareto_table(study: optuna.Study) -> Table:
     for c in slo_cols:
         label = metric_label(c.metric, unit=False)
         table.add_column(constraint_label(c).replace(f"{label} ", f"{label}\n"), justify="right")
-    for t in front:
+    for g in groups:
+        t = g.first
         metrics = t.user_attrs.get("metrics") or {}
-        cells = [str(t.number), *(_short(t.params.get(k, "-")) for k in varying)]
+        cells = [str(t.number), *([str(len(g))] if grouped else []),
+                 *(g.knob_cell(k) for k in varying)]  # fmt: skip
         cells += [format_value(m, v) for (m, _), v in zip(objs, t.values, strict=True)]
         for c in slo_cols:
             ok = c.violation(metrics) <= 0
@@ -326,6 +475,8 @@ def best_per_slo(
 ) -> list[tuple[SloSet, FrozenTrial | None]]:
     """For each SLO set, the trial meeting it that is best in the first objective.
 
+    Ties on the first objective go to the next objectives, then to the lowest trial number.
+
     Args:
         study: A loaded study.
         slos: SLO sets to answer; :func:`default_slo_sets` when ``None``.
@@ -333,32 +484,61 @@ def best_per_slo(
     Returns:
         ``(slo_set, trial or None)`` in the order of ``slos``.
     """
+    return [(s, g.first if g else None) for s, g in best_groups_per_slo(study, slos)]
+
+
+def best_groups_per_slo(
+    study: optuna.Study, slos: Sequence[SloSet] | None = None
+) -> list[tuple[SloSet, TrialGroup | None]]:
+    """Like :func:`best_per_slo`, with every config meeting the set that ties with the best.
+
+    Returns:
+        ``(slo_set, group or None)``; the group's first trial is :func:`best_per_slo`'s answer.
+    """
     sets = default_slo_sets(study) if slos is None else list(slos)
     objs = objectives(study)
     signs = [-1.0 if d == "maximize" else 1.0 for _, d in objs]
     trials = study.get_trials(deepcopy=False)
-    out: list[tuple[SloSet, FrozenTrial | None]] = []
+    out: list[tuple[SloSet, TrialGroup | None]] = []
     for s in sets:
         ok = [t for t in trials if s.met_by(t) and (s.constraints or is_feasible(t))]
         best = min(ok, key=lambda t: ([g * v for g, v in zip(signs, t.values, strict=True)],
                                       t.number), default=None)  # fmt: skip
-        out.append((s, best))
+        if best is None:
+            out.append((s, None))
+            continue
+        ties = [t for t in ok if t is best or same_values(t.values, best.values)]
+        out.append((s, TrialGroup(tuple(sorted(ties, key=lambda t: t.number)))))
     return out
 
 
 def best_lines(study: optuna.Study, slos: Sequence[SloSet] | None = None) -> list[str]:
-    """Per SLO set: the best trial and its objectives with units, then (indented) its knobs."""
+    """Per SLO set: the best trial and its objectives with units, then (indented) its knobs.
+
+    When other configs meeting the set have the same objective values, the line says how many
+    and the knobs they differ in follow as ``knob: any of a, b``.
+    """
     objs = objectives(study)
     lines = []
-    for s, t in best_per_slo(study, slos):
-        if t is None:
+    for s, g in best_groups_per_slo(study, slos):
+        if g is None:
             lines.append(f"{s.label}: no trial meets it")
             continue
+        t = g.first
         vals = ", ".join(
             f"{metric_label(m, unit=False)} {format_value(m, v)} {metric_unit(m)}".rstrip()
             for (m, _), v in zip(objs, t.values, strict=True)
         )
-        lines.append(f"{s.label}: trial #{t.number}: {vals}\n    {knobs_text(t.params)}")
+        any_of = g.any_of()
+        same = ""
+        if len(g) > 1:
+            others = ", ".join(f"#{n}" for n in g.numbers[1:6]) + (", ..." if len(g) > 6 else "")
+            same = f" (and {others}: {len(g)} configs with these values)"
+        fixed = {k: v for k, v in t.params.items() if k not in any_of}
+        text = f"{s.label}: trial #{t.number}{same}: {vals}\n    {knobs_text(fixed)}"
+        for k in any_of:
+            text += f"\n    {k}: {g.knob_cell(k)}"
+        lines.append(text)
     return lines
 
 
@@ -386,23 +566,42 @@ def load_study(storage_url: str, name: str) -> optuna.Study:
     return optuna.load_study(study_name=name, storage=storage)
 
 
+def pareto_rows(study: optuna.Study, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of :func:`trials_frame` for ``pareto.csv``: one per distinct objective vector.
+
+    A row is the group's first trial with ``configs`` (how many share its objective values) and
+    ``group_trials`` (their numbers, space separated) after ``number``; a knob the configs
+    differ in reads ``any of a, b``.
+    """
+    by_number = {r["number"]: r for r in rows}
+    out = []
+    for g in pareto_groups(study):
+        row = dict(by_number[g.first.number])
+        head = {"number": row.pop("number"), "configs": len(g),
+                "group_trials": " ".join(map(str, g.numbers))}  # fmt: skip
+        for k in g.any_of():
+            row[f"params.{k}"] = g.knob_cell(k)
+        out.append({**head, **row})
+    return out
+
+
 def write_report(study: optuna.Study, out_dir: str | Path) -> dict[str, Path]:
-    """Write ``trials.csv``, ``pareto.csv``, ``pareto.html`` and ``convergence.html``.
+    """Write ``trials.csv``, ``pareto.csv`` and the plots: Pareto, convergence, importance.
 
     Returns:
-        Paths keyed ``trials_csv``, ``pareto_csv``, ``pareto_html``, ``convergence_html``.
+        Paths keyed ``trials_csv``, ``pareto_csv``, ``pareto_html``, ``convergence_html``,
+        ``importance_html``.
     """
-    from search import plots
+    from search import importance, plots
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = trials_frame(study)
-    front = [r for r in rows if r["pareto"]]
-    order = {t.number: i for i, t in enumerate(pareto_trials(study))}
-    front.sort(key=lambda r: order[r["number"]])
+    front = pareto_rows(study, rows)
+    columns = ["number", "configs", "group_trials", *list(rows[0])[1:]] if rows else None
     return {
         "trials_csv": write_csv(rows, out / "trials.csv"),
-        "pareto_csv": write_csv(front, out / "pareto.csv", list(rows[0]) if rows else None),
+        "pareto_csv": write_csv(front, out / "pareto.csv", columns),
         "pareto_html": plots.write_html(
             plots.pareto_figures(study), out / "pareto.html", f"{study.study_name}: Pareto front"
         ),
@@ -410,5 +609,10 @@ def write_report(study: optuna.Study, out_dir: str | Path) -> dict[str, Path]:
             [plots.convergence_figure(study)],
             out / "convergence.html",
             f"{study.study_name}: convergence",
+        ),
+        "importance_html": plots.write_html(
+            [importance.importance_figure(study.study_name, importance.knob_importances(study))],
+            out / "importance.html",
+            f"{study.study_name}: knob importance",
         ),
     }

@@ -27,7 +27,8 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the study summary, its Pareto front and best config per SLO; write the files."""
+    """Print the summary, Pareto front, best config per SLO and knob importance; write files."""
+    from search.importance import importance_table, knob_importances
     from search.report import best_lines, load_study, pareto_table, write_report
     from search.terminal import make_console
 
@@ -42,6 +43,8 @@ def run(args: argparse.Namespace) -> int:
     console.print("\n[bold]best configuration under each SLO[/bold] (best first objective)")
     for line in best_lines(study):
         console.print(f"  {line}", highlight=False, markup=False)
+    console.print()
+    console.print(importance_table(study.study_name, knob_importances(study)))
     out = args.out if args.out is not None else Path("runs") / f"report-{args.name}"
     try:
         paths = write_report(study, out)

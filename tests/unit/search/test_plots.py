@@ -142,3 +142,26 @@ def test_empty_study_figures() -> None:
     assert recomputed_hypervolume(study) == ([], [])
     assert convergence_figure(study) is not None
     assert len(pareto_scatter(study).data) == 3
+
+
+def test_configs_with_the_same_values_are_one_point() -> None:
+    study = make_study()
+    first = study.trials[0]  # on the front; a config with another max_num_seqs ties with it
+    study.add_trial(
+        optuna.trial.create_trial(
+            params={"tp": 1, "engine.max_num_seqs": 256},
+            distributions=DISTS,
+            values=list(first.values),
+            user_attrs=dict(first.user_attrs),
+            system_attrs=dict(first.system_attrs),
+        )
+    )
+    fig = pareto_scatter(study)
+    front = _trace(fig, "Pareto front (4)")
+    assert list(front.x) == [1500.0, 1000.0, 500.0]
+    text = front.text[1]
+    assert text.startswith("<b>trial #0</b> = #7 (2 configs, same objective values)")
+    assert "engine.max_num_seqs: any of 64, 256" in text
+    assert "tp=1" in text
+    assert "engine.max_num_seqs=" not in text
+    assert "3 points, 4 configs" in fig.layout.title.text

@@ -23,10 +23,13 @@ from search.report import (
     best_lines,
     best_per_slo,
     default_slo_sets,
+    group_trials,
     is_feasible,
     load_study,
+    pareto_groups,
     pareto_table,
     pareto_trials,
+    same_values,
     trials_frame,
     write_report,
 )
@@ -174,7 +177,13 @@ def test_trials_frame_has_every_trial_and_metric() -> None:
 def test_write_report_files(tmp_path: Path) -> None:
     study = make_study(optuna.storages.InMemoryStorage(), n_objectives=3)
     paths = write_report(study, tmp_path / "out")
-    assert set(paths) == {"trials_csv", "pareto_csv", "pareto_html", "convergence_html"}
+    assert set(paths) == {
+        "trials_csv",
+        "pareto_csv",
+        "pareto_html",
+        "convergence_html",
+        "importance_html",
+    }
     with paths["trials_csv"].open() as f:
         trials = list(csv.DictReader(f))
     with paths["pareto_csv"].open() as f:
@@ -182,8 +191,14 @@ def test_write_report_files(tmp_path: Path) -> None:
     assert len(trials) == len(study.trials)
     assert "metrics.goodput" in trials[0]
     assert "metrics.prefix_cache_hit_rate" in trials[0]
-    assert [int(r["number"]) for r in pareto] == [t.number for t in pareto_trials(study)]
-    for key in ("pareto_html", "convergence_html"):
+    top = study.user_attrs["top"]  # #30 is a copy of it: one row for both
+    assert [int(r["number"]) for r in pareto] == [
+        t.number for t in pareto_trials(study) if t.number != 30
+    ]
+    row = next(r for r in pareto if int(r["number"]) == top)
+    assert (row["configs"], row["group_trials"]) == ("2", f"{top} 30")
+    assert list(pareto[0])[:3] == ["number", "configs", "group_trials"]
+    for key in ("pareto_html", "convergence_html", "importance_html"):
         text = paths[key].read_text()
         assert '<script src="http' not in text
         assert "src='http" not in text
@@ -239,6 +254,8 @@ def test_table_and_summary_render() -> None:
     summary = study_summary(study)
     assert "34 trials (32 complete, 1 running, 1 failed)" in summary
     assert "hypervolume 0.4100" in summary
+    assert "configs" in text
+    assert "(and #30: 2 configs with these values)" in best_lines(study)[0]
 
 
 def test_load_study_errors(journal: str, tmp_path: Path) -> None:
@@ -260,7 +277,9 @@ def test_cli_report(
     text = capsys.readouterr().out
     assert "Pareto front of demo" in text
     assert "best configuration under each SLO" in text
+    assert "Knob importance of demo (PED-ANOVA, 31 runnable trials)" in text
     assert (out / "pareto.html").exists()
+    assert (out / "importance.html").exists()
     assert (out / "trials.csv").exists()
 
     assert main(["report", "nope", "--storage", journal]) == 2
@@ -288,3 +307,88 @@ def test_studies_table(journal: str) -> None:
     n_feasible = sum(is_feasible(t) for t in study.trials)
     assert re.search(rf"demo .* 34 │ +32/1/1 │ +{n_feasible} │ +6 │ 0\.4100", text)
     assert "0.4100" in text
+
+
+# --------------------------------------------------------------------------- same values
+def tie_study(rel_delta: float) -> optuna.Study:
+    """#1 is #0 with another max_num_seqs, trading ``rel_delta`` of speed for as much throughput."""
+    objs = OBJECTIVES[:2]
+    study = optuna.create_study(study_name="ties", directions=[o["direction"] for o in objs])
+    study.set_user_attr("objectives", objs)
+    study.set_user_attr("constraints", CONSTRAINTS)
+    points = [  # tp, max_num_seqs, throughput/GPU, speed/user
+        (1, 128, 1000.0, 50.0),
+        (1, 256, 1000.0 * (1.0 + rel_delta), 50.0 * (1.0 - rel_delta)),
+        (2, 64, 500.0, 90.0),
+        (4, 64, 400.0, 40.0),  # dominated
+    ]
+    for tp, seqs, tput, speed in points:
+        m = {"output_token_throughput_per_gpu": tput,
+             "output_token_throughput_per_user.avg": speed, TTFT: 300.0}  # fmt: skip
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"tp": tp, "engine.max_num_seqs": seqs, "router": "kv"},
+                distributions=DISTS,
+                values=[tput, speed],
+                user_attrs={"metrics": m, "feasible": True},
+                system_attrs={"constraints": [0.0, -0.85]},
+            )
+        )
+    return study
+
+
+def _table_text(study: optuna.Study) -> str:
+    console = Console(width=200, record=True)
+    console.print(pareto_table(study))
+    return console.export_text()
+
+
+@pytest.mark.parametrize("rel_delta", [0.0, 1e-12])
+def test_same_objective_values_are_one_row(rel_delta: float, tmp_path: Path) -> None:
+    study = tie_study(rel_delta)
+    groups = pareto_groups(study)
+    assert [g.numbers for g in groups] == [[0, 1], [2]]
+    assert groups[0].any_of() == {"engine.max_num_seqs": [128, 256]}
+    table = pareto_table(study)
+    assert table.row_count == 2
+    text = _table_text(study)
+    assert "2 points (3 configs) of 4 feasible trials" in text
+    row = next(line for line in text.splitlines() if "any of" in line)
+    assert re.search(r"│ +0 │ +2 │ +any of 128, 256 │", row)
+    assert "tp=" not in text.split("same in every")[0]  # tp differs between rows: a column
+    with (write_report(study, tmp_path)["pareto_csv"]).open() as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["number"], r["configs"], r["group_trials"]) for r in rows] == [
+        ("0", "2", "0 1"),
+        ("2", "1", "2"),
+    ]
+    assert rows[0]["params.engine.max_num_seqs"] == "any of 128, 256"
+    assert rows[1]["params.engine.max_num_seqs"] == "64"
+    best = best_lines(study)[0]
+    assert "trial #0 (and #1: 2 configs with these values)" in best
+    assert "\n    engine.max_num_seqs: any of 128, 256" in best
+    assert "engine.max_num_seqs=" not in best
+
+
+def test_slightly_different_values_are_two_rows() -> None:
+    study = tie_study(1e-6)
+    assert [g.numbers for g in pareto_groups(study)] == [[1], [0], [2]]
+    text = _table_text(study)
+    assert "any of" not in text
+    assert "configs" not in text
+    assert "3 of 4 feasible trials" in text
+    assert "and #" not in best_lines(study)[0]
+
+
+def test_group_trials_rules() -> None:
+    study = tie_study(0.0)
+    t = study.trials
+    fail = optuna.trial.create_trial(state=TrialState.FAIL)
+    groups = group_trials([t[2], t[1], fail, t[0], t[3]])
+    assert [g.numbers for g in groups] == [[2], [0, 1], [fail.number], [3]]
+    assert groups[1].first.number == 0  # the lowest number stands for the group
+    assert same_values([0.0, 1.0], [0.0, 1.0])
+    assert not same_values([0.0], [1e-300])
+    assert not same_values([float("nan")], [float("nan")])
+    assert not same_values(None, None)
+    assert not same_values([1.0], [1.0, 2.0])

@@ -1,0 +1,111 @@
+"""``dynosim export NAME --trial N --storage URL``: a trial as launch commands + an AIPerf check."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dynosim.errors import DynosimError
+from search.study_file import DEFAULT_STORAGE
+
+if TYPE_CHECKING:
+    import optuna
+
+
+def add_parser(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``export``."""
+    parser.add_argument("name", help="study name (see `dynosim studies`)")
+    parser.add_argument("--trial", type=int, required=True, help="trial number (see the report)")
+    parser.add_argument(
+        "--storage",
+        default=DEFAULT_STORAGE,
+        help=f"journal file, sqlite:///FILE or SQLAlchemy URL (default {DEFAULT_STORAGE})",
+    )
+    parser.add_argument(
+        "--format", choices=["text", "json"], default="text", help="output format (default text)"
+    )
+    parser.add_argument(
+        "--out", type=Path, help="directory to write the TRT-LLM YAML (trtllm backend) into"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the trial's launch commands and AIPerf command; write the YAML with ``--out``."""
+    from dataclasses import replace
+
+    from search.export import TrialInfo, export_trial, trial_metrics
+    from search.report import is_feasible, load_study
+
+    study = load_study(args.storage, args.name)
+    trial = find_trial(study, args.trial)
+    config = trial.user_attrs.get("config")
+    if not isinstance(config, dict) or not config:
+        raise DynosimError(
+            f"trial #{trial.number} of {args.name} stores no configuration "
+            f"(state {trial.state.name})"
+        )
+    raw_study = study.user_attrs.get("study")
+    study_dict: dict[str, Any] = raw_study if isinstance(raw_study, dict) else {}
+    feasible = is_feasible(trial)
+    reason = trial.user_attrs.get("infeasible_reason") or (
+        None if feasible else "an SLO constraint is violated"
+    )
+    info = TrialInfo(
+        study_name=args.name,
+        number=trial.number,
+        feasible=feasible,
+        reason=str(reason) if reason else None,
+        metrics=trial_metrics(trial.user_attrs.get("metrics")),
+    )
+    spec, spec_error = read_workload_spec(study_dict)
+    out_dir = args.out if args.out is not None else Path(".")
+    export = export_trial(
+        config, study_dict, info, workload_spec=spec, workload_error=spec_error, yaml_dir=out_dir
+    )
+    if args.out is not None and export.trtllm_yaml is not None:
+        path = Path(export.trtllm_yaml_path or out_dir)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(export.trtllm_yaml)
+        except OSError as exc:
+            raise DynosimError(f"--out {args.out}: {exc.strerror or exc}") from None
+        export = replace(export, files=(str(path),))
+    if args.format == "json":
+        print(json.dumps(export.to_dict(), indent=2))
+    else:
+        print(export.to_text(), end="")
+    return 0
+
+
+def find_trial(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
+    """The trial numbered ``number``.
+
+    Raises:
+        DynosimError: No such trial.
+    """
+    trials = study.get_trials(deepcopy=False)
+    for t in trials:
+        if t.number == number:
+            return t
+    span = f"0-{max(t.number for t in trials)}" if trials else "none"
+    raise DynosimError(f"study {study.study_name} has no trial #{number} (trials: {span})")
+
+
+def read_workload_spec(study: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """The synthetic workload file of a ``{file: PATH}`` study, parsed; or why it is not."""
+    import yaml
+
+    workload = study.get("workload")
+    if not isinstance(workload, dict) or "file" not in workload:
+        return None, None
+    try:
+        data = yaml.safe_load(Path(str(workload["file"])).read_text())
+    except OSError as exc:
+        return None, str(exc.strerror or exc)
+    except yaml.YAMLError as exc:
+        return None, f"invalid YAML: {type(exc).__name__}"
+    if not isinstance(data, dict):
+        return None, "not a mapping of workload fields"
+    return data, None

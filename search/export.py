@@ -1,0 +1,671 @@
+"""A stored trial -> the launch commands of its backend and an AIPerf command that checks it.
+
+Pure functions: a trial's ``DeploymentConfig.to_dict()``, the stored study dict (``study``
+user attribute) and the trial's metrics go in; an :class:`Export` of commands, notes and the
+TRT-LLM YAML comes out. No file is read or written here (``search.commands.export`` does I/O).
+Only knobs with a real equivalent are mapped; every other knob becomes a ``#`` note.
+
+Flag names were checked against these sources (read for facts, no code copied):
+
+* vLLM: ``vllm-project/vllm`` ``vllm/engine/arg_utils.py`` at 99d7eb5d (v0.11 era, late 2025:
+  ``--tensor-parallel-size``, ``--max-num-seqs``, ``--max-num-batched-tokens``,
+  ``--block-size`` with choices 1/8/16/32/64/128/256 from ``vllm/config/cache.py`` at c1d86421,
+  ``--[no-]enable-prefix-caching`` and ``--[no-]enable-chunked-prefill`` as
+  ``BooleanOptionalAction``, ``--gpu-memory-utilization``, ``--kv-cache-dtype``,
+  ``--quantization``); ``vllm serve MODEL --host --port``.
+* SGLang: the ``sglang`` 0.5.23 wheel, ``sglang/srt/arg_groups/fields/*.py`` (ServerArgs fields;
+  the flag is ``--field-name``, a bool is ``store_true``): ``--model-path``, ``--tp-size``,
+  ``--max-running-requests``, ``--chunked-prefill-size`` (-1 disables), ``--max-prefill-tokens``,
+  ``--enable-mixed-chunk``, ``--page-size``, ``--disable-radix-cache``, ``--mem-fraction-static``,
+  ``--kv-cache-dtype`` (fp8_e4m3 ...), ``--quantization``.
+* TensorRT-LLM: ``NVIDIA/TensorRT-LLM`` ``tensorrt_llm/commands/serve.py`` at 00209af1
+  (``trtllm-serve MODEL --backend --tp_size --max_batch_size --max_num_tokens
+  --free_gpu_memory_fraction --extra_llm_api_options --enable_chunked_prefill``) and
+  ``tensorrt_llm/llmapi/llm_args.py`` (2026 snapshot: ``KvCacheConfig.enable_block_reuse``,
+  ``free_gpu_memory_fraction``, ``tokens_per_block``, ``dtype``; ``enable_chunked_prefill``).
+* NVIDIA Dynamo: the ``ai-dynamo`` 1.6.1 wheel: ``dynamo/frontend/frontend_args.py``
+  (``--http-port``, ``--kv-cache-block-size``), ``dynamo/common/configuration/groups/
+  router_args.py`` (``--router-mode`` round-robin | random | least-loaded | kv ...) and
+  ``kv_router_args.py`` (``--router-kv-overlap-score-weight``, hidden and deprecated in 1.6.1 in
+  favour of ``prefill_load_scale`` in ``--router-policy-config``, removal planned for v1.7;
+  ``--router-temperature``); ``dynamo/trtllm/backend_args.py``; ``dynamo.vllm`` and
+  ``dynamo.sglang`` parse the engines' own flags (``dynamo/vllm/args.py``).
+* AIPerf: the ``aiperf`` 0.13.0 wheel, ``aiperf/config/flags/cli_config.py`` (``profile``:
+  ``--concurrency``, ``--request-rate``, ``--arrival-pattern`` constant | poisson | gamma,
+  ``--arrival-smoothness`` = gamma shape = 1/CV², ``--isl``/``--osl`` with stddevs,
+  ``--input-file --custom-dataset-type mooncake_trace --fixed-schedule``, ``--no-fixed-schedule``,
+  ``--synthesis-speedup-ratio`` (trace timestamps divided by it), ``--goodput "tag:value ..."``
+  with the tags of ``aiperf/metrics/types/*.py``). 0.13.0 has no ``--fixed-schedule-speedup``.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dynosim.config import DeploymentConfig
+from dynosim.errors import DynosimError
+
+FRONTEND_PORT = 8000
+GPUS_PER_NODE = 8
+VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+_ROUTER_MODES = {
+    "round_robin": "round-robin",
+    "random": "random",
+    "least_loaded": "least-loaded",
+    "kv_aware": "kv",
+}
+_WRAP = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One shell command: environment assignments and an argument vector."""
+
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+
+    def line(self) -> str:
+        """The command on one line, shell-quoted."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env)
+        return f"{env} {shlex.join(self.argv)}".strip()
+
+    def text(self) -> str:
+        """The command, broken before each ``--option`` when it is long."""
+        if len(self.line()) <= _WRAP:
+            return self.line()
+        parts = [" ".join(f"{k}={shlex.quote(v)}" for k, v in self.env)] if self.env else []
+        groups: list[list[str]] = [[]]
+        for tok in self.argv:
+            if tok.startswith("--") and groups[-1]:
+                groups.append([])
+            groups[-1].append(tok)
+        lines = [" ".join([*parts, shlex.join(groups[0])])]
+        for g in groups[1:]:
+            chunk = shlex.join(g)
+            if len(lines[-1]) + 1 + len(chunk) > _WRAP - 2:
+                lines.append("    " + chunk)
+            else:
+                lines[-1] += " " + chunk
+        return " \\\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"command", "argv", "env"}``."""
+        return {"command": self.line(), "argv": list(self.argv), "env": dict(self.env)}
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """A titled group of commands with the notes that explain them."""
+
+    title: str
+    commands: tuple[Command, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"title", "commands", "notes"}``."""
+        return {
+            "title": self.title,
+            "commands": [c.to_dict() for c in self.commands],
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Export:
+    """Everything ``dynosim export`` prints for one trial."""
+
+    header: tuple[str, ...]
+    engine: Part
+    router: Part | None
+    aiperf: Part
+    trtllm_yaml: str | None = None
+    trtllm_yaml_path: str | None = None
+    feasible: bool = True
+    files: tuple[str, ...] = field(default=())
+
+    def to_text(self) -> str:
+        """Plain text: ``#`` comments and commands, blank lines between the parts."""
+        lines = [f"# {h}" for h in self.header]
+        parts = [self.engine, *([self.router] if self.router else []), self.aiperf]
+        for p in parts:
+            lines += ["", f"# ---- {p.title}"]
+            lines += [f"# {n}" for n in p.notes]
+            lines += [c.text() for c in p.commands]
+            if p is self.engine and self.trtllm_yaml is not None:
+                lines += [f"# {self.trtllm_yaml_path}:"]
+                lines += [f"#   {y}" for y in self.trtllm_yaml.rstrip("\n").splitlines()]
+        lines += [f"# wrote {f}" for f in self.files]
+        return "\n".join(lines) + "\n"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The parts as plain data (``--format json``)."""
+        return {
+            "header": list(self.header),
+            "feasible": self.feasible,
+            "engine": self.engine.to_dict(),
+            "router": self.router.to_dict() if self.router else None,
+            "trtllm_yaml": self.trtllm_yaml,
+            "trtllm_yaml_path": self.trtllm_yaml_path,
+            "aiperf": self.aiperf.to_dict(),
+            "files": list(self.files),
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrialInfo:
+    """What the export says about the trial besides its configuration."""
+
+    study_name: str
+    number: int
+    feasible: bool
+    reason: str | None = None
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+
+def export_trial(
+    config: Mapping[str, Any],
+    study: Mapping[str, Any],
+    trial: TrialInfo,
+    *,
+    workload_spec: Mapping[str, Any] | None = None,
+    workload_error: str | None = None,
+    yaml_dir: str | Path = ".",
+) -> Export:
+    """The launch commands and the AIPerf check of one stored trial.
+
+    Args:
+        config: The trial's ``config`` user attribute (``DeploymentConfig.to_dict()``).
+        study: The stored study dict (may be empty: the load is then unknown).
+        trial: Name, number, feasibility and metrics of the trial.
+        workload_spec: The parsed synthetic workload file when the study uses ``{file: ...}``.
+        workload_error: Why that file could not be read, if it could not.
+        yaml_dir: Folder the TRT-LLM YAML is (to be) written to; the command names it.
+
+    Raises:
+        DynosimError: The stored configuration is not a valid deployment.
+    """
+    try:
+        cfg = DeploymentConfig.from_dict(config)
+    except DynosimError as exc:
+        raise DynosimError(
+            f"trial #{trial.number} has no exportable configuration: {exc}"
+        ) from None
+    yaml_name = f"trtllm-{_slug(trial.study_name)}-trial{trial.number}.yaml"
+    yaml_path = str(Path(yaml_dir) / yaml_name)
+    engine, yaml_text = engine_part(cfg, yaml_path)
+    return Export(
+        header=_header(cfg, trial),
+        engine=engine,
+        router=router_part(cfg, yaml_path) if cfg.workers > 1 else None,
+        aiperf=aiperf_part(cfg, study, trial, workload_spec, workload_error),
+        trtllm_yaml=yaml_text,
+        trtllm_yaml_path=yaml_path if yaml_text is not None else None,
+        feasible=trial.feasible,
+    )
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in name) or "study"
+
+
+def _num(v: float) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _header(cfg: DeploymentConfig, trial: TrialInfo) -> tuple[str, ...]:
+    state = "feasible" if trial.feasible else f"INFEASIBLE: {trial.reason or 'SLO violated'}"
+    lines = [
+        f"dynosim export: study {trial.study_name}, trial #{trial.number} ({state})",
+        f"{cfg.model} on {cfg.workers} x {cfg.tp} {cfg.gpu} ({cfg.gpus} GPUs), backend "
+        f"{cfg.backend}, {cfg.dtype}, router {cfg.router}",
+    ]
+    if not trial.feasible:
+        lines.append("exported anyway: the simulation says this configuration misses its SLOs")
+    m = trial.metrics
+    shown = [(k, m[k]) for k in _PREDICTED if isinstance(m.get(k), int | float)]
+    if shown:
+        lines.append("simulated: " + ", ".join(f"{k} {v:.4g}" for k, v in shown))
+    lines.append(
+        "simulator-only fields (no engine flag): "
+        f"timing={cfg.timing}, gpu_hour_usd={cfg.gpu_hour_usd}, "
+        f"framework_overhead_us={cfg.framework_overhead_us}"
+    )
+    return tuple(lines)
+
+
+_PREDICTED = (
+    "load_level",
+    "time_to_first_token.p90",
+    "inter_token_latency.p90",
+    "request_throughput",
+    "output_token_throughput_per_gpu",
+    "goodput",
+)
+
+
+# --------------------------------------------------------------------------- engines
+def _devices(cfg: DeploymentConfig, replica: int) -> tuple[tuple[str, str], ...]:
+    first = replica * cfg.tp
+    if cfg.tp > GPUS_PER_NODE:
+        return ()
+    ids = ",".join(str((first + i) % GPUS_PER_NODE) for i in range(cfg.tp))
+    return (("CUDA_VISIBLE_DEVICES", ids),)
+
+
+def _port(cfg: DeploymentConfig, replica: int) -> int:
+    return FRONTEND_PORT if cfg.workers == 1 else FRONTEND_PORT + 1 + replica
+
+
+def engine_part(cfg: DeploymentConfig, yaml_path: str) -> tuple[Part, str | None]:
+    """One standalone server per worker replica, and the TRT-LLM YAML (``None`` otherwise)."""
+    flags, notes, yaml_text = _ENGINE_FLAGS[cfg.backend](cfg, yaml_path)
+    commands = []
+    for r in range(cfg.workers):
+        host_port = ("--host", "0.0.0.0", "--port", str(_port(cfg, r)))
+        prog = {
+            "vllm": ("vllm", "serve", cfg.model),
+            "sglang": ("python", "-m", "sglang.launch_server", "--model-path", cfg.model),
+            "trtllm": ("trtllm-serve", cfg.model),
+        }[cfg.backend]
+        commands.append(Command((*prog, *host_port, *flags), _devices(cfg, r)))
+    if cfg.gpus > GPUS_PER_NODE:
+        notes.append(
+            f"{cfg.gpus} GPUs: replicas are numbered node by node ({GPUS_PER_NODE} GPUs a node); "
+            "run each on its node"
+        )
+    title = f"engine: {cfg.workers} {cfg.backend} replica(s) x TP {cfg.tp}"
+    return Part(title, tuple(commands), tuple(notes)), yaml_text
+
+
+def _vllm(cfg: DeploymentConfig, _yaml: str) -> tuple[list[str], list[str], None]:
+    e = cfg.engine
+    flags = [
+        "--tensor-parallel-size", str(cfg.tp),
+        "--max-num-seqs", str(e.max_num_seqs),
+        "--max-num-batched-tokens", str(e.max_num_batched_tokens),
+    ]  # fmt: skip
+    notes = []
+    if e.block_size in VLLM_BLOCK_SIZES:
+        flags += ["--block-size", str(e.block_size)]
+    else:
+        notes.append(f"block_size {e.block_size}: not a vLLM --block-size choice; left default")
+    flags.append(
+        "--enable-prefix-caching" if e.enable_prefix_caching else "--no-enable-prefix-caching"
+    )
+    flags.append(
+        "--enable-chunked-prefill" if e.enable_chunked_prefill else "--no-enable-chunked-prefill"
+    )
+    if not e.enable_chunked_prefill:
+        notes.append(
+            "without chunked prefill vLLM needs --max-num-batched-tokens >= the "
+            "model's context length (--max-model-len)"
+        )
+    flags += ["--gpu-memory-utilization", _num(e.gpu_memory_utilization)]
+    if cfg.dtype == "fp8":
+        flags += ["--quantization", "fp8", "--kv-cache-dtype", "fp8"]
+        notes.append(
+            "dtype fp8 = FP8 weights and KV cache; drop --quantization fp8 for an "
+            "FP8 checkpoint (vLLM reads its quantization from the checkpoint)"
+        )
+    return flags, notes, None
+
+
+def _sglang(cfg: DeploymentConfig, _yaml: str) -> tuple[list[str], list[str], None]:
+    e = cfg.engine
+    flags = [
+        "--tp-size", str(cfg.tp),
+        "--max-running-requests", str(e.max_num_seqs),
+        "--max-prefill-tokens", str(e.max_num_batched_tokens),
+    ]  # fmt: skip
+    if e.enable_chunked_prefill:
+        flags += ["--chunked-prefill-size", str(e.max_num_batched_tokens), "--enable-mixed-chunk"]
+    else:
+        flags += ["--chunked-prefill-size", "-1"]
+    flags += ["--page-size", str(e.block_size)]
+    if not e.enable_prefix_caching:
+        flags.append("--disable-radix-cache")
+    flags += ["--mem-fraction-static", _num(e.gpu_memory_utilization)]
+    notes = [
+        "max_num_batched_tokens -> --max-prefill-tokens and --chunked-prefill-size: SGLang "
+        "bounds prefill tokens per step; decode tokens are not counted against it",
+        "gpu_memory_utilization -> --mem-fraction-static: SGLang's fraction covers weights and "
+        "the KV pool only (activations come out of the rest)",
+    ]
+    if cfg.dtype == "fp8":
+        flags += ["--quantization", "fp8", "--kv-cache-dtype", "fp8_e4m3"]
+        notes.append(
+            "dtype fp8 = FP8 weights and KV cache; drop --quantization fp8 for an FP8 checkpoint"
+        )
+    return flags, notes, None
+
+
+def trtllm_options(cfg: DeploymentConfig) -> dict[str, Any]:
+    """The ``--extra_llm_api_options`` YAML content (LLM API fields) as a dict."""
+    e = cfg.engine
+    kv: dict[str, Any] = {
+        "enable_block_reuse": e.enable_prefix_caching,
+        "free_gpu_memory_fraction": e.gpu_memory_utilization,
+        "tokens_per_block": e.block_size,
+    }
+    if cfg.dtype == "fp8":
+        kv["dtype"] = "fp8"
+    return {"enable_chunked_prefill": e.enable_chunked_prefill, "kv_cache_config": kv}
+
+
+def _trtllm(cfg: DeploymentConfig, yaml_path: str) -> tuple[list[str], list[str], str]:
+    import yaml
+
+    e = cfg.engine
+    flags = [
+        "--backend", "pytorch",
+        "--tp_size", str(cfg.tp),
+        "--max_batch_size", str(e.max_num_seqs),
+        "--max_num_tokens", str(e.max_num_batched_tokens),
+        "--free_gpu_memory_fraction", _num(e.gpu_memory_utilization),
+        "--extra_llm_api_options", yaml_path,
+    ]  # fmt: skip
+    if e.enable_chunked_prefill:
+        flags.append("--enable_chunked_prefill")
+    notes = [
+        "gpu_memory_utilization -> free_gpu_memory_fraction: TRT-LLM takes that fraction of the "
+        "memory left after weights and buffers for the KV cache (vLLM: of the whole GPU)",
+        "the YAML overrides the flags it repeats; block_size -> kv_cache_config.tokens_per_block, "
+        "enable_prefix_caching -> kv_cache_config.enable_block_reuse",
+    ]
+    if cfg.dtype == "fp8":
+        notes.append(
+            "dtype fp8: serve an FP8 checkpoint (TensorRT Model Optimizer); TRT-LLM "
+            "reads weight quantization from it, the YAML sets the FP8 KV cache"
+        )
+    text = yaml.safe_dump(trtllm_options(cfg), sort_keys=False)
+    return flags, notes, text
+
+
+_ENGINE_FLAGS = {"vllm": _vllm, "sglang": _sglang, "trtllm": _trtllm}
+
+
+# --------------------------------------------------------------------------- router
+def router_part(cfg: DeploymentConfig, yaml_path: str) -> Part:
+    """NVIDIA Dynamo's frontend with the trial's router, and Dynamo workers behind it."""
+    mode = _ROUTER_MODES[cfg.router]
+    argv = ["python", "-m", "dynamo.frontend", "--http-port", str(FRONTEND_PORT),
+            "--router-mode", mode]  # fmt: skip
+    notes = [
+        "Dynamo's frontend routes only to workers registered with it (etcd/NATS): run the "
+        f"replicas as `python -m dynamo.{cfg.backend}` below instead of the standalone servers",
+    ]
+    if cfg.router == "kv_aware":
+        kv = cfg.kv_router
+        argv += ["--router-kv-overlap-score-weight", _num(kv.overlap_weight),
+                 "--router-temperature", _num(kv.temperature),
+                 "--kv-cache-block-size", str(cfg.engine.block_size)]  # fmt: skip
+        notes.append(
+            "Dynamo 1.6.1 hides --router-kv-overlap-score-weight (deprecated for "
+            "prefill_load_scale in --router-policy-config, removal planned for v1.7)"
+        )
+    elif cfg.router == "least_loaded":
+        notes.append("--router-mode least-loaded needs Dynamo >= 1.6 (older: round-robin)")
+    else:
+        notes.append(f"kv_router knobs unused with router {cfg.router}")
+    commands = [Command(tuple(argv))]
+    flags, _, _ = _ENGINE_FLAGS[cfg.backend](cfg, yaml_path)
+    for r in range(cfg.workers):
+        if cfg.backend == "vllm":
+            worker = ["python", "-m", "dynamo.vllm", "--model", cfg.model, *flags]
+        elif cfg.backend == "sglang":
+            worker = ["python", "-m", "dynamo.sglang", "--model-path", cfg.model, *flags]
+        else:
+            e = cfg.engine
+            worker = ["python", "-m", "dynamo.trtllm", "--model", cfg.model,
+                      "--tensor-parallel-size", str(cfg.tp),
+                      "--max-batch-size", str(e.max_num_seqs),
+                      "--max-num-tokens", str(e.max_num_batched_tokens),
+                      "--kv-block-size", str(e.block_size),
+                      "--free-gpu-memory-fraction", _num(e.gpu_memory_utilization),
+                      "--extra-engine-args", yaml_path]  # fmt: skip
+            if cfg.router == "kv_aware":
+                worker.append("--publish-kv-events")
+        commands.append(Command(tuple(worker), _devices(cfg, r)))
+    title = f"router: NVIDIA Dynamo frontend ({mode}) in front of {cfg.workers} workers"
+    return Part(title, tuple(commands), tuple(notes))
+
+
+# --------------------------------------------------------------------------- AIPerf
+def _goodput(cfg: DeploymentConfig) -> str | None:
+    pairs = [("time_to_first_token", cfg.slo.ttft_ms), ("inter_token_latency", cfg.slo.itl_ms),
+             ("request_latency", cfg.slo.e2e_ms)]  # fmt: skip
+    text = " ".join(f"{tag}:{v:g}" for tag, v in pairs if v is not None)
+    return text or None
+
+
+def _load(
+    study: Mapping[str, Any], workload: Mapping[str, Any], trial: TrialInfo
+) -> tuple[str | None, float | None]:
+    """``(axis, load_level)``; the axis is ``load.axis`` or follows from the workload.
+
+    As in ``search.load``: a trace (or a workload file naming one) is replayed faster
+    (``speedup``), an open-loop synthetic workload gets another ``rate_rps``, a closed-loop one
+    another ``concurrency``.
+    """
+    raw = study.get("load")
+    load = raw if isinstance(raw, Mapping) else {}
+    axis = load.get("axis")
+    if not axis and "trace" in workload:
+        axis = "speedup"
+    elif not axis and "file" in workload:
+        arrival = workload.get("_arrival")
+        process = arrival.get("process") if isinstance(arrival, Mapping) else None
+        axis = {None: None, "closed_loop": "concurrency"}.get(process, "rate_rps")
+    level = trial.metrics.get("load_level")
+    if level is None or not math.isfinite(level) or level <= 0:
+        return (str(axis) if axis else None), None
+    return (str(axis) if axis else None), float(level)
+
+
+def aiperf_part(
+    cfg: DeploymentConfig,
+    study: Mapping[str, Any],
+    trial: TrialInfo,
+    spec: Mapping[str, Any] | None,
+    spec_error: str | None,
+) -> Part:
+    """``aiperf profile`` at the load the trial's metrics were simulated at."""
+    argv = ["aiperf", "profile", "--model", cfg.model, "--url", f"localhost:{FRONTEND_PORT}",
+            "--endpoint-type", "chat", "--streaming"]  # fmt: skip
+    notes: list[str] = []
+    raw_workload = study.get("workload")
+    workload: Mapping[str, Any] = raw_workload if isinstance(raw_workload, Mapping) else {}
+    if "file" in workload and spec is not None and "trace" in spec:  # a file naming a trace
+        folder = Path(str(workload["file"])).parent
+        ref = {k: spec[k] for k in ("speedup", "max_requests", "warmup_requests") if k in spec}
+        if "warmup_requests" in workload:
+            ref["warmup_requests"] = workload["warmup_requests"]
+        workload = {**ref, "trace": str(folder / str(spec["trace"]))}
+    elif "file" in workload and spec is not None:
+        workload = {**workload, "_arrival": spec.get("arrival")}
+    axis, level = _load(study, workload, trial)
+    raw_load = study.get("load")
+    mode = raw_load.get("mode", "fixed") if isinstance(raw_load, Mapping) else "fixed"
+    if mode != "fixed" and level is None:
+        notes.append(
+            f"load mode {mode} but the trial records no load_level: the workload's own load is used"
+        )
+    if "trace" in workload:
+        _trace_load(argv, notes, workload, axis, level)
+    elif "file" in workload:
+        _synthetic_load(argv, notes, workload, spec, spec_error, axis, level)
+    else:
+        notes.append("the study stores no workload: set the load and ISL/OSL by hand")
+        if axis == "concurrency" and level is not None:
+            argv += ["--concurrency", str(round(level))]
+        elif axis == "rate_rps" and level is not None:
+            argv += ["--request-rate", _num(level)]
+    goodput = _goodput(cfg)
+    if goodput:
+        argv += ["--goodput", goodput]
+        notes.append(
+            "--goodput: the deployment's per-request SLOs (ms); the study's constraints "
+            "are percentiles: compare them with AIPerf's reported p50/p90/p99"
+        )
+    argv += ["--output-artifact-dir", f"artifacts/{_slug(trial.study_name)}-trial{trial.number}"]
+    if cfg.workers > 1:
+        notes.append(
+            f"--url is the Dynamo frontend; without Dynamo, round-robin over the "
+            f"standalone replicas with one --url localhost:PORT per replica "
+            f"(ports {FRONTEND_PORT + 1}-{FRONTEND_PORT + cfg.workers})"
+        )
+    title = "check: AIPerf at the study's load" + (f" ({axis} = {level:g})" if level else "")
+    return Part(title, (Command(tuple(argv)),), tuple(notes))
+
+
+def _trace_load(
+    argv: list[str],
+    notes: list[str],
+    workload: Mapping[str, Any],
+    axis: str | None,
+    level: float | None,
+) -> None:
+    path = str(workload["trace"])
+    if path.endswith((".jsonl", ".json")):
+        argv += ["--input-file", path, "--custom-dataset-type", "mooncake_trace"]
+    else:
+        mooncake = str(Path(path).with_suffix(".jsonl"))
+        argv += ["--input-file", mooncake, "--custom-dataset-type", "mooncake_trace"]
+        notes.append(
+            f"AIPerf replays Mooncake JSONL: convert {path} to {mooncake} (timestamp "
+            "ms, input_length, output_length[, hash_ids])"
+        )
+    speed = float(workload.get("speedup", 1.0) or 1.0)
+    if axis == "speedup" and level is not None:
+        if speed != 1.0 and speed != level:
+            notes.append(f"load_level {level:g} replaces the workload's speedup {speed:g}")
+        speed = level
+    if axis in ("rate_rps", "concurrency") and level is not None:
+        flag = "--request-rate" if axis == "rate_rps" else "--concurrency"
+        value = _num(level) if axis == "rate_rps" else str(round(level))
+        argv += ["--no-fixed-schedule", flag, value]
+        notes.append(f"the trace's requests are sent at {flag} {value} instead of its timestamps")
+    else:
+        argv.append("--fixed-schedule")
+        if speed != 1.0:
+            argv += ["--synthesis-speedup-ratio", _num(speed)]
+            notes.append(
+                f"replayed {speed:g}x faster: AIPerf 0.13 divides the timestamps by "
+                "--synthesis-speedup-ratio (its synthesizer may renumber hash_ids, "
+                "keeping their sharing); later AIPerf: --fixed-schedule-speedup"
+            )
+    if workload.get("max_requests"):
+        argv += ["--request-count", str(int(workload["max_requests"]))]
+    if workload.get("warmup_requests"):
+        notes.append(
+            f"warmup_requests {workload['warmup_requests']}: dynosim drops the first "
+            "completed requests from its metrics; AIPerf has no such filter for a fixed "
+            "schedule (its --warmup-request-count sends extra requests first)"
+        )
+
+
+def _synthetic_load(
+    argv: list[str],
+    notes: list[str],
+    workload: Mapping[str, Any],
+    spec: Mapping[str, Any] | None,
+    spec_error: str | None,
+    axis: str | None,
+    level: float | None,
+) -> None:
+    if spec is None:
+        why = f" ({spec_error})" if spec_error else ""
+        notes.append(
+            f"workload file {workload.get('file')} not readable{why}: set the arrival "
+            "process and --isl/--osl by hand"
+        )
+        spec = {}
+    raw_arrival = spec.get("arrival")
+    arrival = raw_arrival if isinstance(raw_arrival, Mapping) else {}
+    process = arrival.get("process")
+    if axis == "concurrency" and level is not None:
+        process, arrival = "closed_loop", {**arrival, "concurrency": round(level)}
+    elif axis == "rate_rps" and level is not None and process != "closed_loop":
+        arrival = {**arrival, "rate_rps": level}
+    elif axis == "speedup" and level is not None and "rate_rps" in arrival:
+        arrival = {**arrival, "rate_rps": float(arrival["rate_rps"]) * level}
+        notes.append(f"speed-up {level:g} of the generated arrivals = rate x {level:g}")
+    if process == "closed_loop":
+        argv += ["--concurrency", str(int(arrival.get("concurrency", 1)))]
+        ramp = float(arrival.get("ramp_up_s", 0) or 0)
+        if ramp > 0:
+            argv += ["--concurrency-ramp-duration", _num(ramp)]
+    elif process in ("poisson", "constant", "gamma"):
+        argv += ["--request-rate", _num(float(arrival.get("rate_rps", 1.0))),
+                 "--arrival-pattern", str(process)]  # fmt: skip
+        if process == "gamma":
+            cv = float(arrival.get("cv", 1.0))
+            argv += ["--arrival-smoothness", f"{1.0 / cv**2:.6g}"]
+    if spec.get("requests"):
+        argv += ["--request-count", str(int(spec["requests"]))]
+    warmup = workload.get("warmup_requests", spec.get("warmup_requests"))
+    if warmup:
+        argv += ["--warmup-request-count", str(int(warmup))]
+    for name, flag in (("input_tokens", "--isl"), ("output_tokens", "--osl")):
+        _lengths(argv, notes, spec.get(name), name, flag)
+    if isinstance(spec.get("output_tokens"), Mapping):
+        argv += ["--extra-inputs", "ignore_eos:true"]
+        notes.append(
+            "ignore_eos:true makes outputs as long as --osl asks (an engine extension "
+            "of the OpenAI API)"
+        )
+    _prefix_sessions(argv, notes, spec)
+    if isinstance(spec.get("seed"), int):
+        argv += ["--random-seed", str(spec["seed"])]
+
+
+def _lengths(argv: list[str], notes: list[str], dist: object, name: str, flag: str) -> None:
+    if not isinstance(dist, Mapping):
+        return
+    kind = dist.get("dist")
+    if kind == "fixed":
+        mean, std = float(dist.get("value", 1)), 0.0
+    elif kind == "uniform":
+        low, high = float(dist.get("low", 1)), float(dist.get("high", 1))
+        mean, std = (low + high) / 2, (high - low) / math.sqrt(12)
+        notes.append(f"{name} uniform [{low:g}, {high:g}] -> normal with its mean and stddev")
+    elif kind == "lognormal":
+        mean, sigma = float(dist.get("mean", 1)), float(dist.get("sigma", 0))
+        std = mean * math.sqrt(math.expm1(sigma**2))
+        notes.append(f"{name} lognormal -> normal with the same mean and stddev (AIPerf draws "
+                     "normal lengths)" + (f"; no cap at max {dist['max']}" if dist.get("max")
+                                          else ""))  # fmt: skip
+    else:
+        notes.append(f"{name} {kind}: no AIPerf equivalent; set {flag} by hand")
+        return
+    argv += [flag, str(round(mean)), f"{flag}-stddev", _num(round(std, 3))]
+
+
+def _prefix_sessions(argv: list[str], notes: list[str], spec: Mapping[str, Any]) -> None:
+    prefix = spec.get("prefix")
+    if isinstance(prefix, Mapping):
+        argv += ["--num-prefix-prompts", str(int(prefix.get("groups", 1))),
+                 "--prefix-prompt-length", str(int(prefix.get("tokens", 0)))]  # fmt: skip
+        if prefix.get("zipf_s"):
+            notes.append("prefix zipf_s: AIPerf picks prefixes uniformly; no Zipf equivalent")
+    sessions = spec.get("sessions")
+    if isinstance(sessions, Mapping):
+        argv += ["--session-turns-mean", str(int(sessions.get("turns", 1))),
+                 "--session-turn-delay-mean",
+                 _num(1000.0 * float(sessions.get("think_time_s", 0.0)))]  # fmt: skip
+        notes.append(
+            "sessions: dynosim resends the whole history each turn; check that "
+            "AIPerf's multi-turn prompts grow the same way"
+        )
+
+
+def trial_metrics(raw: object) -> dict[str, float]:
+    """The numeric entries of a trial's ``metrics`` user attribute."""
+    if not isinstance(raw, Mapping):
+        return {}
+    return {str(k): float(v) for k, v in raw.items() if isinstance(v, int | float)}
