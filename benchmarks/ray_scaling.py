@@ -120,7 +120,7 @@ def main() -> None:
 
     t_start = time.perf_counter()
     sf = load_study_file(args.study)
-    requests, warmup, wname = load_workload(sf.workload)
+    requests, warmup, wname = load_workload(sf.workload, sf.load)
     ctx = EvalContext(
         problem=sf.problem,
         workload_id=workload_id(requests, wname),

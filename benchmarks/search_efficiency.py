@@ -415,7 +415,7 @@ def main() -> None:
     t_start = time.perf_counter()
     _quiet_optuna()
     sf = load_study_file(args.study)
-    requests, warmup, wname = load_workload(sf.workload)
+    requests, warmup, wname = load_workload(sf.workload, sf.load)
     grid, meta = load_or_build_grid(sf, requests, warmup, wname, args.cache, args.num_cpus)
     problem = sf.problem
     directions = problem.directions

@@ -1,23 +1,42 @@
-"""Simulator speed on the Mooncake conversation trace (12,031 requests, 59 min), 8 workers.
+"""Simulator speed: the Mooncake conversation trace, a high-rate synthetic case, a whole process.
 
-Prints simulated requests per wall second and the speed-up over real time for round-robin and
-KV-aware routing (fast-forward), plus the step-by-step reference on the first N requests to show
-the two modes agree. Run: ``.venv/bin/python benchmarks/sim_speed.py [--repeat 3]``.
+Three figures, all on 8 workers of the same deployment (``BASE``):
+
+* Mooncake conversation trace (12,031 requests, 59 min): simulated requests per wall second and
+  the speed-up over real time for round-robin and KV-aware routing (fast-forward, best of
+  ``--repeat``), plus the step-by-step reference on the first N requests to show the two modes
+  agree;
+* high arrival rate: 10,000 Poisson requests at 20 req/s with lognormal lengths (input mean
+  1024, output mean 256, sigma 0.6), fast-forward, best of ``--repeat``;
+* whole process: ``dynosim simulate examples/llama8b_h200_vllm.yaml --trace <Mooncake>`` as a
+  subprocess (pinned to one core with ``taskset -c 0`` when available), simulated seconds per
+  process wall second, so start-up (imports, step-time tables, trace parsing) counts.
+
+Run: ``.venv/bin/python benchmarks/sim_speed.py [--repeat 5] [--only mooncake,rate,process]``.
 Step-time tables are built (or loaded from the disk cache) before timing starts.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from dynosim import DeploymentConfig, Simulation
-from dynosim.perf.deployment import resolve
-from dynosim.workload import head, load_trace
+from dynosim import DeploymentConfig, Request, Simulation
+from dynosim.perf.deployment import DeploymentPerf, resolve
+from dynosim.simulation import SimResult
+from dynosim.workload import ArrivalSpec, LengthSpec, WorkloadSpec, generate, head, load_trace
 
-TRACE = Path(__file__).resolve().parents[2] / "shared/data/traces/mooncake/conversation_trace.jsonl"
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT.parent / "shared/data/traces/mooncake/conversation_trace.jsonl"
+EXAMPLE = ROOT / "examples/llama8b_h200_vllm.yaml"
 
 BASE = DeploymentConfig.from_dict(
     {
@@ -31,34 +50,53 @@ BASE = DeploymentConfig.from_dict(
     }
 )
 
+HIGH_RATE = WorkloadSpec(
+    requests=10_000,
+    arrival=ArrivalSpec(process="poisson", rate_rps=20.0),
+    input_tokens=LengthSpec(dist="lognormal", mean=1024, sigma=0.6),
+    output_tokens=LengthSpec(dist="lognormal", mean=256, sigma=0.6),
+    seed=0,
+    name="poisson-20rps",
+)
+
+HEADER = (
+    f"{'router':<12} {'mode':<14} {'requests':>8} {'wall s':>8} {'req/s':>9} "
+    f"{'speed-up':>9} {'events':>8} {'steps':>9} {'hit rate':>8} {'TTFT p50':>9}"
+)
+
 
 def main() -> None:
-    """Run the benchmark and print a table."""
+    """Run the benchmarks and print tables."""
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--trace", type=Path, default=TRACE)
-    ap.add_argument("--repeat", type=int, default=3, help="runs per router; the best is shown")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per case; the best is shown")
     ap.add_argument("--reference-requests", type=int, default=2000)
+    ap.add_argument("--only", default="mooncake,rate,process", help="comma-separated cases")
     args = ap.parse_args()
-
-    t0 = time.perf_counter()
-    requests = load_trace(args.trace)
-    load_s = time.perf_counter() - t0
+    cases = set(args.only.split(","))
     perf = resolve(BASE)  # builds/loads the step-time tables once
-    print(f"trace: {args.trace.name}, {len(requests):,} requests, loaded in {load_s:.2f} s")
     print(f"KV blocks per worker: {perf.kv_blocks:,}")
-    header = f"{'router':<12} {'mode':<14} {'requests':>8} {'wall s':>8} {'req/s':>9} "
-    print(header + f"{'speed-up':>9} {'events':>8} {'steps':>9} {'hit rate':>8} {'TTFT p50':>9}")
+    if "mooncake" in cases:
+        mooncake(args.trace, perf, args.repeat, args.reference_requests)
+    if "rate" in cases:
+        high_rate(perf, args.repeat)
+    if "process" in cases:
+        whole_process(args.trace, args.repeat)
+
+
+def mooncake(trace: Path, perf: DeploymentPerf, repeat: int, reference: int) -> None:
+    """Both routers on the trace, and the step-by-step reference on its first requests."""
+    t0 = time.perf_counter()
+    requests = load_trace(trace)
+    print(
+        f"\ntrace: {trace.name}, {len(requests):,} requests, loaded in "
+        f"{time.perf_counter() - t0:.2f} s"
+    )
+    print(HEADER)
     for router in ("round_robin", "kv_aware"):
         cfg = replace(BASE, router=router)
-        best = None
-        for _ in range(args.repeat):
-            sim = Simulation(cfg, requests, perf=perf)
-            res = sim.run()
-            if best is None or res.metrics.wall_s < best.metrics.wall_s:
-                best = res
-        assert best is not None
-        _row(router, "fast-forward", len(requests), best)
-        ref = head(requests, args.reference_requests)
+        _row(router, "fast-forward", len(requests), _best(cfg, requests, perf, repeat))
+        ref = head(requests, reference)
         fast = Simulation(cfg, ref, perf=perf).run()
         slow = Simulation(cfg, ref, perf=perf, fast_forward=False).run()
         _row(router, "ff (prefix)", len(ref), fast)
@@ -66,7 +104,60 @@ def main() -> None:
         print(f"{'':<12} identical per-request records: {fast.records.equal(slow.records)}")
 
 
-def _row(router: str, mode: str, n: int, res) -> None:  # type: ignore[no-untyped-def]
+def high_rate(perf: DeploymentPerf, repeat: int) -> None:
+    """The synthetic high-arrival-rate case, fast-forward, both routers."""
+    requests = generate(HIGH_RATE)
+    print(
+        f"\n{HIGH_RATE.name}: {len(requests):,} Poisson requests at "
+        f"{HIGH_RATE.arrival.rate_rps:g} req/s, lognormal lengths"
+    )
+    print(HEADER)
+    for router in ("round_robin", "kv_aware"):
+        cfg = replace(BASE, router=router)
+        _row(router, "fast-forward", len(requests), _best(cfg, requests, perf, repeat))
+
+
+def whole_process(trace: Path, repeat: int) -> None:
+    """``dynosim simulate`` as a subprocess on one core: simulated s per process wall s."""
+    exe = Path(sys.executable).with_name("dynosim")
+    cmd = [str(exe), "simulate", str(EXAMPLE), "--trace", str(trace)]
+    if shutil.which("taskset"):
+        cmd = ["taskset", "-c", "0", *cmd]
+    best_wall, sim_s, inner = float("inf"), 0.0, 0.0
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "metrics.json"
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            subprocess.run([*cmd, "--json", str(out)], check=True, capture_output=True)
+            wall = time.perf_counter() - t0
+            if wall < best_wall:
+                metrics = json.loads(out.read_text())["metrics"]
+                best_wall = wall
+                sim_s = metrics["simulated_duration_s"]
+                inner = metrics["speedup"]
+    print(
+        f"\nwhole process ({'taskset -c 0 ' if cmd[0] == 'taskset' else ''}dynosim simulate "
+        f"{EXAMPLE.name} --trace {trace.name}), best of {repeat}:"
+    )
+    print(
+        f"  process wall {best_wall:.2f} s, simulated {sim_s:,.0f} s: "
+        f"{sim_s / best_wall:,.0f}x real time (inside the process: {inner:,.0f}x)"
+    )
+
+
+def _best(
+    cfg: DeploymentConfig, requests: Sequence[Request], perf: DeploymentPerf, repeat: int
+) -> SimResult:
+    best: SimResult | None = None
+    for _ in range(repeat):
+        res = Simulation(cfg, requests, perf=perf).run()
+        if best is None or res.metrics.wall_s < best.metrics.wall_s:
+            best = res
+    assert best is not None
+    return best
+
+
+def _row(router: str, mode: str, n: int, res: SimResult) -> None:
     m = res.metrics
     print(
         f"{router:<12} {mode:<14} {n:>8,} {m.wall_s:>8.2f} {n / m.wall_s:>9,.0f} "

@@ -83,14 +83,19 @@ class Metrics:
     output_token_throughput: float
     output_token_throughput_per_gpu: float
     goodput: float
+    slo_attainment: float
     prefix_cache_hit_rate: float
     gpu_hours: float
     cost_per_million_output_tokens: float
     completed_requests: int
     rejected_requests: int
     preemptions: int
+    gpus: float
+    utilization: float
+    simulated_requests: int
     simulated_duration_s: float
     wall_s: float
+    early_stop: str | None = None
 
     @property
     def speedup(self) -> float:
@@ -109,7 +114,7 @@ class Metrics:
         for key, value in self.to_dict().items():
             if isinstance(value, dict):
                 out.update({f"{key}.{k}": float(v) for k, v in value.items()})
-            else:
+            elif isinstance(value, int | float):
                 out[key] = float(value)
         return out
 
@@ -124,20 +129,27 @@ def summarize(
     records: RequestRecords,
     *,
     slo: SLOConfig,
-    gpus: int,
+    gpus: float,
     gpu_hour_usd: float,
     warmup_requests: int,
     wall_s: float,
+    utilization: float = float("nan"),
+    early_stop: str | None = None,
+    rejected_requests: int | None = None,
 ) -> Metrics:
     """Turn per-request records into metrics.
 
     The first ``warmup_requests`` requests to complete are left out of every figure. The
     benchmark window runs from the earliest arrival among the measured requests to the last
     completion; throughputs and the cost per output token are over that window, GPU hours over
-    the whole simulation (from time 0).
+    the whole simulation (from time 0). ``slo_attainment`` is the fraction of the measured and
+    the rejected requests that completed within every SLO (DistServe's attainment; a rejected
+    request never meets its SLO). ``utilization`` (busy worker time over provisioned worker
+    time), ``early_stop`` (why the run was stopped before the end) and, for a stopped run, the
+    count of rejected requests (the unfinished ones are not rejected) come from the caller.
     """
     done = records.completed
-    rejected = int((~done).sum())
+    rejected = int((~done).sum()) if rejected_requests is None else rejected_requests
     idx = np.flatnonzero(done)
     if warmup_requests > 0 and idx.size:
         order = np.argsort(records.finish_us[idx], kind="stable")
@@ -177,12 +189,17 @@ def summarize(
         output_token_throughput=throughput,
         output_token_throughput_per_gpu=throughput / gpus,
         goodput=int(good.sum()) / window_s if window_s > 0 else 0.0,
+        slo_attainment=int(good.sum()) / (idx.size + rejected) if idx.size + rejected else 0.0,
         prefix_cache_hit_rate=float(records.cached_tokens[idx].sum() / inputs) if inputs else 0.0,
         gpu_hours=gpu_hours,
         cost_per_million_output_tokens=cost,
         completed_requests=int(done.sum()),
         rejected_requests=rejected,
         preemptions=int(records.preemptions.sum()),
+        gpus=float(gpus),
+        utilization=utilization,
+        simulated_requests=int((records.arrival_us >= 0).sum()),
         simulated_duration_s=sim_s,
         wall_s=wall_s,
+        early_stop=early_stop,
     )

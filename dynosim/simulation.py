@@ -14,6 +14,7 @@ that one completes (or is rejected), after its ``delay_s``, and not before its `
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from dynosim.engine.worker import EngineWorker
 from dynosim.errors import ConfigError
 from dynosim.metrics import Metrics, RequestRecords, summarize
 from dynosim.router import Router, make_router
+from dynosim.slo_monitor import MonitorState, SLOMonitor
 from dynosim.timer import schedule_timer
 from dynosim.types import Request
 
@@ -61,6 +63,7 @@ class Simulation:
         seed: int = 0,
         fast_forward: bool = True,
         perf: DeploymentPerf | None = None,
+        speedup: float = 1.0,
     ) -> None:
         for i, r in enumerate(requests):
             if r.id != i:
@@ -69,8 +72,11 @@ class Simulation:
                 )
             if r.after_id is not None and not 0 <= r.after_id < i:
                 raise ConfigError(f"requests[{i}].after_id", r.after_id, f"an id in [0, {i})")
+        if not (isinstance(speedup, int | float) and 0 < speedup < math.inf):
+            raise ConfigError("speedup", speedup, "a finite number > 0")
         self.config = config
         self.requests = requests
+        self.speedup = float(speedup)
         self.env = simpy.Environment()
         self.rng = np.random.default_rng(seed)
         if perf is None:
@@ -103,7 +109,7 @@ class Simulation:
         self._heap: list[tuple[int, int]] = []
         for r in requests:
             if r.after_id is None:
-                self._heap.append((_us(r.arrival_s), r.id))
+                self._heap.append((_us(r.arrival_s / self.speedup), r.id))
             else:
                 self._followers.setdefault(r.after_id, []).append(r.id)
         heapq.heapify(self._heap)
@@ -111,6 +117,7 @@ class Simulation:
         self._dispatch_version = 0
         self._max_kv_tokens = kv_blocks * engine.block_size
         self._max_prompt = None if engine.enable_chunked_prefill else engine.max_num_batched_tokens
+        self._monitor: MonitorState | None = None
 
     # ------------------------------------------------------------------ arrivals
     def _push(self, at_us: int, rid: int) -> None:
@@ -142,12 +149,16 @@ class Simulation:
         reason = self._never_fits(r)
         if reason is not None:
             self.rejections[rid] = reason
+            if self._monitor is not None:
+                self._monitor.on_reject(rid)
             self._release_followers(rid, now)
             return
         rr = RunningRequest(r, prefix_caching=self.config.engine.enable_prefix_caching)
         self._state[rid] = rr
         w = self.router.route(rr, self.workers, now)
         self._worker[rid] = w
+        if self._monitor is not None:
+            self._monitor.on_arrival(rid)
         self.workers[w].enqueue(rr, now)
 
     def _never_fits(self, r: Request) -> str | None:
@@ -165,24 +176,49 @@ class Simulation:
         rid = rr.req.id
         self._finish_us[rid] = now
         self._release_followers(rid, now)
+        if self._monitor is not None:
+            self._monitor.on_finish(rid, now)
 
     def _release_followers(self, rid: int, now: int) -> None:
         for fid in self._followers.pop(rid, ()):
             f = self.requests[fid]
-            self._push(max(now + _us(f.delay_s), _us(f.arrival_s)), fid)
+            k = self.speedup
+            self._push(max(now + _us(f.delay_s / k), _us(f.arrival_s / k)), fid)
 
     # ---------------------------------------------------------------------- run
-    def run(self, *, warmup_requests: int = 0) -> SimResult:
-        """Simulate until every request has completed or been rejected."""
+    def run(self, *, warmup_requests: int = 0, stop: SLOMonitor | None = None) -> SimResult:
+        """Simulate until every request has completed or been rejected.
+
+        Args:
+            warmup_requests: The first this many requests to complete are not measured.
+            stop: End the run as soon as one of its SLO rules can no longer be met; the
+                result then says so in ``metrics.early_stop`` and counts only what happened.
+        """
         start = time.perf_counter()
+        if stop is not None and not stop.empty:
+            self._monitor = MonitorState(
+                stop,
+                self.env,
+                slo=self.config.slo,
+                arrival_us=self._arrival_us,
+                first_token_us=self._first_token_us,
+                output_tokens=[r.output_tokens for r in self.requests],
+                warmup_requests=warmup_requests,
+            )
+            self._monitor.start()
         if self._heap:
             self._schedule_dispatch(self._heap[0][0])
         self.env.run()
         wall = time.perf_counter() - start
         records = self._records()
-        lost = np.flatnonzero((records.finish_us < 0) & ~_mask(len(self.requests), self.rejections))
-        if lost.size:
-            raise RuntimeError(f"{lost.size} requests neither finished nor rejected: {lost[:5]}")
+        early = self._monitor.reason if self._monitor is not None else None
+        if early is None:
+            arrived = _mask(len(self.requests), self.rejections)
+            lost = np.flatnonzero((records.finish_us < 0) & ~arrived)
+            if lost.size:
+                raise RuntimeError(
+                    f"{lost.size} requests neither finished nor rejected: {lost[:5]}"
+                )
         metrics = summarize(
             records,
             slo=self.config.slo,
@@ -190,6 +226,9 @@ class Simulation:
             gpu_hour_usd=self.perf.gpu_hour_usd,
             warmup_requests=warmup_requests,
             wall_s=wall,
+            utilization=self._utilization(),
+            early_stop=early,
+            rejected_requests=len(self.rejections),
         )
         return SimResult(
             records=records,
@@ -198,6 +237,17 @@ class Simulation:
             steps=sum(w.steps for w in self.workers),
             events=sum(w.events for w in self.workers),
         )
+
+    def _utilization(self) -> float:
+        """Busy time of the workers over their provisioned time (0 for an empty run)."""
+        end_us = int(max(self._finish_us.max(initial=0), self._arrival_us.max(initial=0)))
+        if end_us <= 0:
+            return 0.0
+        return sum(w.busy_us for w in self.workers) / (len(self.workers) * end_us)
+
+    def _first_token_us(self, rid: int) -> int:
+        rr = self._state[rid]
+        return rr.first_token_us if rr is not None else -1
 
     def _records(self) -> RequestRecords:
         n = len(self.requests)
@@ -238,12 +288,19 @@ def simulate(
     seed: int = 0,
     warmup_requests: int = 0,
     fast_forward: bool = True,
+    stop: SLOMonitor | None = None,
+    speedup: float = 1.0,
 ) -> Metrics:
     """Simulate ``config`` serving ``requests``; the optimizer's only view of the simulator.
+
+    With ``stop``, the run ends as soon as its SLO rules can no longer be met
+    (``Metrics.early_stop`` says which, ``Metrics.simulated_requests`` how far it got).
+    ``speedup`` replays the workload that many times faster (arrival times and think times
+    divided by it), exactly as ``dynosim.workload.speedup`` would, without copying it.
 
     Raises:
         ConfigError: a field is invalid for this model/GPU (e.g. TP does not divide the heads).
         InfeasibleError: the deployment cannot run (e.g. the model does not fit in memory).
     """
-    sim = Simulation(config, requests, seed=seed, fast_forward=fast_forward)
-    return sim.run(warmup_requests=warmup_requests).metrics
+    sim = Simulation(config, requests, seed=seed, fast_forward=fast_forward, speedup=speedup)
+    return sim.run(warmup_requests=warmup_requests, stop=stop).metrics

@@ -19,10 +19,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from search.convergence import HypervolumeTracker, converged
 from search.evaluator import EvalContext, Evaluator, LocalEvaluator, TrialResult, prepare
+from search.load import HINT_KEY, LEVEL_KNOB, LoadSpec
 from search.optimizers import build_optimizer, generation_size
 from search.optimizers.base import Optimizer
 from search.problem import check_directions
@@ -123,12 +125,17 @@ def run_study(
         record.set_attr("constraints", problem.constraint_dicts())
         record.set_attr("hv_history", [])
     record.set_attr("status", "running")
+    wid = workload_id(requests, workload_name)
+    if sf.load.mode != "fixed":  # the same workload judged another way is another study
+        wid = hashlib.sha256(f"{wid}{sf.load.to_dict()}".encode()).hexdigest()[:16]
     ctx = EvalContext(
         problem=problem,
-        workload_id=workload_id(requests, workload_name),
+        workload_id=wid,
         seed=sf.seed,
         warmup_requests=warmup_requests,
         simulate_fn=simulate_fn,
+        load=sf.load,
+        axis=sf.axis,
     )
     make = evaluator or default_evaluator(sf)
     run = _Run(sf, record, ctx, progress)
@@ -256,6 +263,8 @@ class _Run:
             self.flight[self.flight_by_hash[digest]].proposals.append(params)
             return
         self.dup_streak = 0
+        if LEVEL_KNOB in params:
+            self._queue_levels(params)
         trial_id = self.record.start(self.ctx.problem.space, params, self.ctx.seed)
         self.flight[trial_id] = _InFlight(trial_id, digest, [params])
         self.flight_by_hash[digest] = trial_id
@@ -264,7 +273,35 @@ class _Run:
 
             self._record(trial_id, evaluate_one(self.ctx, params, ()))
         else:
-            ev.submit(trial_id, params)
+            hint = self._capacity_hint(params)
+            ev.submit(trial_id, params if hint is None else {**params, HINT_KEY: hint})
+
+    def _capacity_hint(self, params: Params) -> float | None:
+        """Capacity mode: the capacity of the most similar config measured so far.
+
+        Similar = the most knobs with equal values (the latest on a tie). It only sets where
+        the search starts: on the load grid the capacity found does not depend on it.
+        """
+        if self.ctx.load.mode != "capacity":
+            return None
+        hint, best = None, -1
+        for r in self.cache.values():
+            if not r.metrics or not r.metrics.get("capacity_rps", 0.0) > 0:
+                continue
+            same = sum(r.params.get(k) == v for k, v in params.items())
+            if same >= best:
+                hint, best = r.metrics["load_level"], same
+        return hint
+
+    def _queue_levels(self, params: Params) -> None:
+        """A sweep runs every config at every level: queue the config's other levels next."""
+        for level in reversed(self.ctx.load.levels):
+            if level == params[LEVEL_KNOB]:
+                continue
+            sibling = {**params, LEVEL_KNOB: level}
+            digest = prepare(self.ctx, sibling)[2]
+            if digest not in self.cache and digest not in self.flight_by_hash:
+                self.requeue.appendleft(sibling)
 
     def _record(self, tag: int, result: TrialResult) -> None:
         f = self.flight.pop(tag)
@@ -325,18 +362,33 @@ def pareto_front(results: Sequence[TrialResult], directions: Sequence[str]) -> l
     return sorted(front, key=lambda r: float(sign[0] * r.values[0]))
 
 
-def load_workload(spec: dict[str, Any]) -> tuple[Sequence[Request], int, str]:
-    """Load the study's workload: ``(requests, warmup_requests, name)``."""
-    from dynosim.workload import (
-        load_trace_workload,
-        load_workload_file,
-    )
+def load_workload(
+    spec: dict[str, Any], load: LoadSpec | None = None
+) -> tuple[Sequence[Request], int, str]:
+    """Load the study's workload: ``(requests, warmup_requests, name)``.
 
+    With a capacity or sweep load, a trace is read at its own timestamps (the load axis
+    replays it faster or slower); otherwise at the workload's ``speedup``.
+    """
+    from dynosim.workload import TraceRef, load_trace_workload, parse_workload_file
+
+    as_written = load is not None and load.mode != "fixed"
     if "trace" in spec:
         w = load_trace_workload(
-            spec["trace"], speedup=spec.get("speedup", 1.0), max_requests=spec.get("max_requests")
+            spec["trace"],
+            speedup=1.0 if as_written else spec.get("speedup", 1.0),
+            max_requests=spec.get("max_requests"),
         )
     else:
-        w = load_workload_file(spec["file"])
+        parsed = parse_workload_file(spec["file"])
+        if isinstance(parsed, TraceRef):
+            w = (dataclasses.replace(parsed, speedup=1.0) if as_written else parsed).load()
+        else:
+            from dynosim.workload import Workload, generate
+
+            requests = generate(parsed, base_dir=Path(spec["file"]).parent)
+            w = Workload(
+                requests=tuple(requests), warmup_requests=parsed.warmup_requests, name=parsed.name
+            )
     warmup = spec.get("warmup_requests")
     return w.requests, int(w.warmup_requests if warmup is None else warmup), str(w.name)

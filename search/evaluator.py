@@ -12,15 +12,27 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dynosim.errors import DynosimError
+from search.load import (
+    HINT_KEY,
+    LEVEL_KNOB,
+    LoadAxis,
+    LoadSpec,
+    Probe,
+    add_load_metrics,
+    capacity_metrics,
+    find_capacity,
+    slo_monitor,
+)
 from search.problem import Problem, config_hash
 from search.space import Params
 
 if TYPE_CHECKING:
     from dynosim.config import DeploymentConfig
+    from dynosim.slo_monitor import SLOMonitor
     from dynosim.types import Request
 
 SimulateFn = Callable[..., Any]
@@ -63,13 +75,30 @@ class TrialResult:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EvalContext:
-    """What every evaluation of a study shares (small and picklable; requests travel apart)."""
+    """What every evaluation of a study shares (small and picklable; requests travel apart).
+
+    Attributes:
+        problem: Space, objectives, constraints, fixed fields.
+        workload_id: Digest of the workload (and load mode), part of every config hash.
+        seed: Simulation seed.
+        warmup_requests: Requests left out of the metrics.
+        simulate_fn: Replaces ``dynosim.simulate`` (tests).
+        load: The load mode.
+        axis: How a load level becomes requests (``None``: the requests as given).
+    """
 
     problem: Problem
     workload_id: str
     seed: int = 0
     warmup_requests: int = 0
     simulate_fn: SimulateFn | None = None
+    load: LoadSpec = field(default_factory=LoadSpec)
+    axis: LoadAxis | None = None
+
+    @property
+    def monitor(self) -> SLOMonitor | None:
+        """The early-stop rules every simulation gets (``None`` when off)."""
+        return slo_monitor(self.problem.constraints) if self.load.stops_early else None
 
 
 def prepare(
@@ -80,13 +109,14 @@ def prepare(
     Returns:
         ``(config or None, config dict, config hash, infeasibility reason or None)``.
     """
+    level = params.get(LEVEL_KNOB)
     try:
         config = ctx.problem.to_config(params)
     except DynosimError as exc:
         data = ctx.problem.config_dict(params)
-        return None, data, config_hash(data, ctx.workload_id, ctx.seed), str(exc)
+        return None, data, config_hash(data, ctx.workload_id, ctx.seed, level), str(exc)
     data = config.to_dict()
-    return config, data, config_hash(data, ctx.workload_id, ctx.seed), None
+    return config, data, config_hash(data, ctx.workload_id, ctx.seed, level), None
 
 
 def evaluate_one(ctx: EvalContext, params: Params, requests: Sequence[Request]) -> TrialResult:
@@ -101,14 +131,15 @@ def evaluate_one(ctx: EvalContext, params: Params, requests: Sequence[Request]) 
         The scored result; infeasible with a reason when the config cannot run.
     """
     t0 = time.perf_counter()
+    hint = params.get(HINT_KEY)
+    params = {k: v for k, v in params.items() if k != HINT_KEY}
     config, data, digest, reason = prepare(ctx, params)
     problem = ctx.problem
     metrics: dict[str, float] = {}
+    forced: str | None = None
     if config is not None:
-        simulate = ctx.simulate_fn if ctx.simulate_fn is not None else _default_simulate()
         try:
-            result = simulate(config, requests, seed=ctx.seed, warmup_requests=ctx.warmup_requests)
-            metrics = {k: float(v) for k, v in result.flat().items()}
+            metrics, forced = measure(ctx, config, params, requests, hint)
         except DynosimError as exc:
             reason = f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # a simulator bug must not end a long study
@@ -116,6 +147,8 @@ def evaluate_one(ctx: EvalContext, params: Params, requests: Sequence[Request]) 
             at = f"{where.filename}:{where.lineno}"
             reason = f"simulator error {type(exc).__name__}: {exc} ({at})"
     score = problem.score(metrics) if metrics else problem.penalty(reason or "no metrics")
+    if metrics and forced is not None:
+        score = problem.unmet(score, forced)
     return TrialResult(
         params=dict(params),
         config=data,
@@ -127,6 +160,76 @@ def evaluate_one(ctx: EvalContext, params: Params, requests: Sequence[Request]) 
         reason=score.reason,
         seed=ctx.seed,
         wall_s=time.perf_counter() - t0,
+    )
+
+
+def measure(
+    ctx: EvalContext,
+    config: DeploymentConfig,
+    params: Params,
+    requests: Sequence[Request],
+    hint: object = None,
+) -> tuple[dict[str, float], str | None]:
+    """Simulate ``config`` as the study's load mode says (``hint``: a capacity search's start).
+
+    Returns:
+        ``(metrics, reason)``: the trial's metrics (with ``load_level`` and, in capacity
+        mode, the capacity metrics) and, when the run cannot count as feasible whatever its
+        metrics say (stopped early, no load meets the SLO), why.
+    """
+    axis = ctx.axis
+    if ctx.load.mode == "capacity":
+        assert axis is not None
+        found = find_capacity(
+            lambda level: run_probe(ctx, config, requests, level),
+            axis,
+            ctx.load,
+            hint=float(hint) if isinstance(hint, int | float) else None,
+        )
+        return capacity_metrics(found, config.gpus, len(requests)), found.reason
+    if ctx.load.mode == "sweep":
+        assert axis is not None
+        p = run_probe(ctx, config, requests, float(params[LEVEL_KNOB]))
+    else:
+        level = axis.base if axis is not None else 1.0
+        p = run_probe(ctx, config, requests, level, as_given=True)
+    early = p.reason if p.stopped else None
+    return p.metrics, early
+
+
+def run_probe(
+    ctx: EvalContext,
+    config: DeploymentConfig,
+    requests: Sequence[Request],
+    level: float,
+    *,
+    as_given: bool = False,
+) -> Probe:
+    """One simulation at ``level`` (``as_given``: the requests as they are), scored."""
+    simulate = ctx.simulate_fn if ctx.simulate_fn is not None else _default_simulate()
+    speedup = 1.0
+    if not as_given and ctx.axis is not None:
+        requests, speedup = ctx.axis.workload_at(level, requests)
+    kwargs: dict[str, Any] = {}
+    if speedup != 1.0:
+        kwargs["speedup"] = speedup
+    monitor = ctx.monitor
+    if monitor is not None:
+        kwargs["stop"] = monitor
+    result = simulate(
+        config, requests, seed=ctx.seed, warmup_requests=ctx.warmup_requests, **kwargs
+    )
+    metrics = {k: float(v) for k, v in result.flat().items()}
+    add_load_metrics(metrics, level, config.gpus)
+    early = getattr(result, "early_stop", None)
+    score = ctx.problem.score(metrics)
+    return Probe(
+        level=level,
+        metrics=metrics,
+        feasible=score.feasible and early is None,
+        simulated_requests=int(metrics.get("simulated_requests", len(requests))),
+        reason=early or score.reason,
+        stopped=early is not None,
     )
 
 

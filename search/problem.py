@@ -8,7 +8,9 @@ Constraint values follow Optuna's convention: one float per constraint, ``<= 0``
 first entry is always the built-in ``runnable`` constraint (the config builds and simulates); the
 SLO constraints follow as relative violations ``(metric - bound) / |bound|`` (sign flipped for
 ``>=``). A config that cannot run gets :data:`BIG_VIOLATION` on every entry and the objectives'
-penalty (worst-case) values, so every sampler ranks it below every runnable config.
+penalty (worst-case) values, so every sampler ranks it below every runnable config. A config
+that ran but cannot count (its simulation was stopped early, or no load meets its SLO in a
+capacity study) keeps its measured values with a ``runnable`` entry of at least 1.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any, Literal
 from dynosim.config import DeploymentConfig, EngineConfig, KVRouterConfig, SLOConfig
 from dynosim.errors import ConfigError, DynosimError, InfeasibleError
 from dynosim.metrics import STAT_KEYS, Metrics, Stat
+from search.load import LEVEL_KNOB, LOAD_METRICS
 from search.space import Params, Space
 
 Direction = Literal["maximize", "minimize"]
@@ -35,14 +38,15 @@ RUNNABLE = {"metric": "runnable", "op": ">=", "value": 1.0}
 
 
 def metric_names() -> tuple[str, ...]:
-    """Every name ``Metrics.flat()`` produces, in a stable order."""
+    """Every metric a trial records: ``Metrics.flat()``'s names, then the load metrics."""
     names: list[str] = []
     for f in fields(Metrics):
         if f.type in (Stat, "Stat"):
             names.extend(f"{f.name}.{k}" for k in STAT_KEYS)
-        else:
+        elif f.type not in (str, "str | None"):
             names.append(f.name)
     names.append("speedup")
+    names.extend(LOAD_METRICS)
     return tuple(names)
 
 
@@ -168,6 +172,8 @@ class Problem:
             raise ConfigError("objectives", [], "at least one objective")
         top = {f.name for f in fields(DeploymentConfig)}
         for name in self.space.names:
+            if name == LEVEL_KNOB:
+                continue
             head, _, tail = name.partition(".")
             if head not in top:
                 raise ConfigError(f"knobs.{name}", name, "a DeploymentConfig field path")
@@ -189,6 +195,8 @@ class Problem:
         """The deployment fields before validation: base, then knobs, then derived workers."""
         out: dict[str, Any] = json.loads(json.dumps(dict(self.base)))
         for name, value in params.items():
+            if name == LEVEL_KNOB:
+                continue  # the load level of a sweep point, not a deployment field
             head, _, tail = name.partition(".")
             if tail:
                 out.setdefault(head, {})[tail] = value
@@ -247,6 +255,15 @@ class Problem:
                 reason = "SLO violated: " + "; ".join(broken)
         return Score(tuple(values), tuple(cons), reason is None, reason)
 
+    def unmet(self, score: Score, reason: str) -> Score:
+        """``score`` of a config that ran but cannot count as feasible.
+
+        It was stopped early, or no load meets its SLO: infeasible with ``reason``, the
+        ``runnable`` entry at least 1.
+        """
+        cons = (max(score.constraints[0], 1.0), *score.constraints[1:])
+        return Score(score.values, cons, False, reason)
+
     def penalty(self, reason: str) -> Score:
         """The record of a config that could not run."""
         values = tuple(o.worst for o in self.objectives)
@@ -261,10 +278,18 @@ def nested_names(head: str) -> tuple[str, ...]:
     return tuple(f.name for f in fields(sub)) if sub is not None else ()
 
 
-def config_hash(config: Mapping[str, Any], workload_id: str, seed: int) -> str:
-    """sha256 of the canonical JSON of the config, the workload id and the seed."""
+def config_hash(
+    config: Mapping[str, Any], workload_id: str, seed: int, level: object = None
+) -> str:
+    """sha256 of the canonical JSON of the config, the workload id, the seed, the load level.
+
+    The level is that of a sweep point (``None``, the default, leaves it out).
+    """
+    key: dict[str, Any] = {"config": config, "workload": workload_id, "seed": seed}
+    if level is not None:
+        key["level"] = level
     blob = json.dumps(
-        {"config": config, "workload": workload_id, "seed": seed},
+        key,
         sort_keys=True,
         separators=(",", ":"),
         default=str,

@@ -29,6 +29,7 @@ storage path is relative to the working directory. ``simulator: module:function`
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -38,11 +39,12 @@ from typing import Any
 import yaml
 
 from dynosim.config import DeploymentConfig
-from dynosim.errors import ConfigError
+from dynosim.errors import ConfigError, DynosimError
 from dynosim.files import read_text
+from search.load import LEVEL_KNOB, LoadAxis, LoadSpec, load_axis
 from search.optimizers import check_optimizer
 from search.problem import Constraint, Objective, Problem, metric_name, nested_names
-from search.space import Space, unreadable, yaml_error
+from search.space import Knob, Space, unreadable, yaml_error
 
 DEFAULT_STORAGE = "runs/dynosim.journal"
 DEFAULT_OBJECTIVES = (
@@ -52,7 +54,7 @@ DEFAULT_OBJECTIVES = (
 _TOP = {
     "name", "description", "model", "gpu", "gpu_budget", "deployment", "workload", "space",
     "objectives", "constraints", "optimizer", "budget", "executor", "storage", "seed",
-    "simulator",
+    "simulator", "load",
 }  # fmt: skip
 _BUDGET = {"max_trials", "max_wall_s", "tol", "patience", "generation"}
 _EXECUTOR = {"kind", "address", "num_cpus", "max_retries"}
@@ -86,6 +88,8 @@ class StudyFile:
     simulator: str | None
     bounds: tuple[tuple[float, float] | None, ...]
     data: dict[str, Any] = field(repr=False)
+    load: LoadSpec = field(default_factory=LoadSpec)
+    axis: LoadAxis | None = None
 
 
 def load_study_file(path: str | Path, overrides: Mapping[str, Any] | None = None) -> StudyFile:
@@ -183,6 +187,11 @@ def parse_study(
     check_optimizer(opt_name, optimizer, f"{at}optimizer")
     workload = _workload(at, data, base)
     data["workload"] = workload
+    load, axis = _load(at, data, workload, problem)
+    if load.mode == "sweep":
+        level = Knob(name=LEVEL_KNOB, kind="choice", values=load.levels)
+        space = Space(knobs=(*space.knobs, level), description=space.description)
+        problem = dataclasses.replace(problem, space=space)
     return StudyFile(
         name=name,
         problem=problem,
@@ -196,7 +205,47 @@ def parse_study(
         simulator=data.get("simulator"),
         bounds=bounds,
         data=data,
+        load=load,
+        axis=axis,
     )
+
+
+def _load(
+    at: str, data: dict[str, Any], workload: Mapping[str, Any], problem: Problem
+) -> tuple[LoadSpec, LoadAxis | None]:
+    """Validate ``load:``; store it with its axis (``speedup | rate_rps | concurrency``)."""
+    raw = data.get("load")
+    stored = {}  # as stored with the study: the axis it was judged on
+    if isinstance(raw, Mapping):
+        stored = {k: raw[k] for k in ("axis", "base") if k in raw}
+        raw = {k: v for k, v in raw.items() if k not in stored}
+    load = LoadSpec.from_dict(raw, f"{at}load")
+    axis: LoadAxis | None = None
+    try:
+        axis = load_axis(workload)
+    except DynosimError as exc:
+        if load.mode != "fixed":  # a fixed load needs no axis: loading the workload reports it
+            where = f"{at}workload"
+            raise ConfigError(where, workload.get("file"), f"a valid workload ({exc})") from None
+    if "axis" in stored and (axis is None or stored["axis"] != axis.kind):
+        found = axis.kind if axis is not None else "none"
+        raise ConfigError(f"{at}load.axis", stored["axis"], f"the workload's axis ({found})")
+    if LEVEL_KNOB in problem.space.names:
+        why = "a deployment field (the load level is a sweep's, from load.levels)"
+        raise ConfigError(f"{at}space.knobs.{LEVEL_KNOB}", LEVEL_KNOB, why)
+    if load.mode != "capacity":
+        named = [o.metric for o in problem.objectives] + [c.metric for c in problem.constraints]
+        for metric in named:
+            if metric.startswith("capacity_"):
+                raise ConfigError(f"{at}load.mode", load.mode, f"capacity (for {metric})")
+    if axis is not None and axis.kind == "concurrency":
+        for i, v in enumerate(load.levels):
+            if v != int(v):
+                raise ConfigError(f"{at}load.levels[{i}]", v, "a whole number of clients")
+    data["load"] = load.to_dict()
+    if axis is not None:
+        data["load"].update(axis=axis.kind, base=axis.base)
+    return load, axis
 
 
 def _no_unknown(at: str, prefix: str, data: Mapping[str, Any], allowed: set[str]) -> None:

@@ -23,6 +23,7 @@ the next boundary, in both modes.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable
 
@@ -40,6 +41,7 @@ from dynosim.types import HASH_BLOCK_TOKENS
 
 FinishCallback = Callable[[RunningRequest, int], None]
 _EMPTY = np.zeros(1, dtype=np.int64)
+_NEVER = 1 << 62
 
 
 class EngineWorker:
@@ -75,7 +77,9 @@ class EngineWorker:
         self.S = 0
         self.n_decode = 0
         self._len_offset = 0
-        self._phase = np.zeros(self.block_size, dtype=np.int64)
+        # _phase[r]: decoding requests whose KV length is a multiple of the block size (so
+        # the next token needs a new block) at every step counter s with -s % block_size == r.
+        self._phase = [0] * self.block_size
         self._finish_heap: list[tuple[int, int, RunningRequest]] = []
         # The scheduled segment: _seg_steps steps from the last boundary.
         self.busy = False
@@ -83,10 +87,13 @@ class EngineWorker:
         self._step_prefill: list[tuple[RunningRequest, int]] = []
         self._seg_steps = 1
         self._seg_ends: npt.NDArray[np.int64] = _EMPTY
-        self._seg_cum: npt.NDArray[np.int64] = _EMPTY
         self._seg_applied = 1
+        self._seg_demand = 0
+        self._seg_start = 0
+        self._sync_at = _NEVER
         self.steps = 0
         self.events = 0
+        self.busy_us = 0
 
     # ----------------------------------------------------------------- views for the router
     @property
@@ -101,8 +108,8 @@ class EngineWorker:
 
     def sync(self, now_us: int) -> None:
         """Bring the KV state up to ``now_us`` inside a fast-forwarded segment."""
-        if self.busy and self._seg_steps > 1:
-            started = int(np.searchsorted(self._seg_ends, now_us, side="right")) + 1
+        if now_us >= self._sync_at:  # a segment step has started since the last allocation
+            started = int(self._seg_ends.searchsorted(now_us, side="right")) + 1
             self._apply_allocations(min(started, self._seg_steps))
 
     # ----------------------------------------------------------------------- input
@@ -129,6 +136,7 @@ class EngineWorker:
         self._apply_allocations(k)
         self.S += k
         self.steps += k
+        self.busy_us += now - self._seg_start
         heap = self._finish_heap
         while heap and heap[0][0] <= self.S:
             fs, seq, rr = heapq.heappop(heap)
@@ -155,7 +163,7 @@ class EngineWorker:
         kv, bs = self.kv, self.block_size
         preempted = False
         while True:
-            demand = int(self._phase[-self.S % bs]) if self.n_decode else 0
+            demand = self._phase[-self.S % bs] if self.n_decode else 0
             left = self.budget - self.n_decode
             plan: list[tuple[RunningRequest, int, int]] = []
             for rr in self.prefilling:
@@ -188,6 +196,7 @@ class EngineWorker:
             self._seg_steps = 1
             return
         self.busy = True
+        self._seg_start = now
         kv_tokens = self._len_offset + n * (self.S + 1)
         if step_prefill or not self.fast_forward or preempted:
             self._seg_steps = 1
@@ -202,35 +211,57 @@ class EngineWorker:
             heapq.heappop(heap)
         k = heap[0][0] - self.S
         if k > 1:
-            steps = self.S + np.arange(1, k, dtype=np.int64)
-            cum = np.cumsum(self._phase[-steps % self.block_size])
             # With a request waiting, stop before the first eviction: evicting a cached unit
             # can shrink its prefix hit, unpin blocks and make it admissible (stepping re-checks
             # admission every step). With nobody waiting, evictions change nothing here.
             cap = self.kv.free if self.waiting else self.kv.available
-            k = 1 + int(np.searchsorted(cum, cap, side="right"))
-            self._seg_cum = np.concatenate((_EMPTY, cum[: k - 1]))
-        else:
-            self._seg_cum = _EMPTY
-        ends = now + np.cumsum(self.timing.decode_run_us(n, kv_tokens, k))
+            if self._demand(k - 1) > cap:  # the last step that fits: demand is monotone
+                k = bisect_right(range(k), cap, key=self._demand)
+        ends = self.timing.decode_run_us(n, kv_tokens, k).cumsum()
+        ends += now
         self._seg_steps = k
         self._seg_ends = ends
         self._seg_applied = 1
+        self._seg_demand = 0
+        self._sync_at = int(ends[0]) if k > 1 else _NEVER
         self._schedule(int(ends[-1]))
+
+    def _demand(self, m: int) -> int:
+        """New KV blocks of the ``m`` decode steps after step ``S`` (the batch unchanged).
+
+        Every ``block_size`` consecutive steps each decoding request takes one block; the
+        ``m % block_size`` remaining steps take those of the phases they pass through.
+        """
+        bs = self.block_size
+        full, rest = divmod(m, bs)
+        total = full * self.n_decode
+        if rest:
+            top = (-self.S - 1) % bs  # the phase of step S + 1; later steps count down
+            phase = self._phase
+            if rest <= top + 1:
+                total += sum(phase[top + 1 - rest : top + 1])
+            else:
+                total += sum(phase[: top + 1]) + sum(phase[bs + top + 1 - rest :])
+        return total
 
     def _cut(self, now: int) -> None:
         """End the segment at the first step boundary strictly after ``now``."""
-        j = int(np.searchsorted(self._seg_ends, now, side="right"))
+        j = int(self._seg_ends.searchsorted(now, side="right"))
         if j + 1 < self._seg_steps:
             self._seg_steps = j + 1
+            if self._seg_applied >= j + 1:
+                self._sync_at = _NEVER
             self._schedule(int(self._seg_ends[j]))
 
     def _apply_allocations(self, started: int) -> None:
         """Allocate the new blocks of segment steps up to ``started`` (step 0 already is)."""
         if started > self._seg_applied:
-            cum = self._seg_cum
-            self.kv.allocate(int(cum[started - 1] - cum[self._seg_applied - 1]))
+            demand = self._demand(started - 1)
+            self.kv.allocate(demand - self._seg_demand)
+            self._seg_demand = demand
             self._seg_applied = started
+            k = self._seg_steps
+            self._sync_at = int(self._seg_ends[started - 1]) if started < k else _NEVER
 
     # ----------------------------------------------------------------- admission
     def _admit(

@@ -8,9 +8,11 @@ from dynosim.workload.synthetic import (
     LengthSpec,
     PrefixSpec,
     SessionSpec,
+    TraceRef,
     WorkloadSpec,
     generate,
     load_workload_file,
+    parse_workload_file,
 )
 from dynosim.workload.traces import Workload, load_trace, load_trace_workload
 from dynosim.workload.transforms import head, sample, select, speedup, time_slice
@@ -20,6 +22,7 @@ __all__ = [
     "LengthSpec",
     "PrefixSpec",
     "SessionSpec",
+    "TraceRef",
     "Workload",
     "WorkloadSpec",
     "generate",
@@ -27,6 +30,7 @@ __all__ = [
     "load_trace",
     "load_trace_workload",
     "load_workload_file",
+    "parse_workload_file",
     "sample",
     "select",
     "speedup",

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -58,9 +58,11 @@ __all__ = [
     "LengthSpec",
     "PrefixSpec",
     "SessionSpec",
+    "TraceRef",
     "WorkloadSpec",
     "generate",
     "load_workload_file",
+    "parse_workload_file",
 ]
 
 Process = Literal["closed_loop", "poisson", "gamma", "constant"]
@@ -393,23 +395,37 @@ def generate(
     return requests
 
 
-def load_workload_file(path: str | Path) -> Workload:
-    """Read a workload YAML file: a synthetic spec, or a trace reference.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TraceRef:
+    """A workload file that points at a trace (``trace:`` plus optional replay settings)."""
+
+    path: Path
+    speedup: float = 1.0
+    max_requests: int | None = None
+    warmup_requests: int = 0
+    name: str = "workload"
+
+    def load(self) -> Workload:
+        """Read the trace as the file describes."""
+        loaded = load_trace_workload(
+            self.path, speedup=self.speedup, max_requests=self.max_requests
+        )
+        return Workload(
+            requests=loaded.requests, warmup_requests=self.warmup_requests, name=self.name
+        )
+
+
+def parse_workload_file(path: str | Path) -> WorkloadSpec | TraceRef:
+    """Read and validate a workload YAML file without generating or reading any request.
 
     A trace reference has the keys ``trace`` (path, relative to the file's folder) and
     optionally ``speedup``, ``max_requests``, ``warmup_requests`` and ``name``. Anything else is
     a :class:`WorkloadSpec`; relative empirical trace paths are resolved against the file's
-    folder.
-
-    Args:
-        path: The YAML file.
-
-    Returns:
-        The workload; its name is the spec's ``name`` or else the file's stem.
+    folder. The name is the spec's ``name`` or else the file's stem.
 
     Raises:
         WorkloadError: One line ``FILE: field: what is wrong`` (or ``FILE:LINE:`` for YAML
-            syntax errors and trace lines).
+            syntax errors).
     """
     path = Path(path)
     try:
@@ -418,6 +434,7 @@ def load_workload_file(path: str | Path) -> Workload:
         )
     except yaml.YAMLError as exc:
         raise WorkloadError(yaml_syntax_error(path, exc)) from None
+    named = isinstance(data, Mapping) and "name" in data
     try:
         if isinstance(data, Mapping) and "trace" in data:
             keys = ("trace", "speedup", "max_requests", "warmup_requests", "name")
@@ -425,19 +442,32 @@ def load_workload_file(path: str | Path) -> Workload:
             _int("warmup_requests", data.get("warmup_requests", 0), 0)
             if not isinstance(data["trace"], str):
                 raise ConfigError("trace", data["trace"], "a trace file path")
-            loaded = load_trace_workload(
-                path.parent / data["trace"],
+            return TraceRef(
+                path=path.parent / data["trace"],
                 speedup=data.get("speedup", 1.0),
                 max_requests=data.get("max_requests"),
-            )
-            return Workload(
-                requests=loaded.requests,
                 warmup_requests=data.get("warmup_requests", 0),
-                name=str(data.get("name", path.stem)),
+                name=str(data["name"]) if named else path.stem,
             )
         spec = WorkloadSpec.from_dict(data if data is not None else {}, base_dir=path.parent)
     except ConfigError as exc:
         raise WorkloadError(f"{path}: {exc}") from None
-    name = spec.name if isinstance(data, Mapping) and "name" in data else path.stem
-    requests = generate(spec, base_dir=path.parent)
-    return Workload(requests=tuple(requests), warmup_requests=spec.warmup_requests, name=name)
+    return spec if named else replace(spec, name=path.stem)
+
+
+def load_workload_file(path: str | Path) -> Workload:
+    """Read a workload YAML file (see :func:`parse_workload_file`) and make its requests.
+
+    Raises:
+        WorkloadError: The file is malformed, or a trace line is (``FILE:LINE: what``).
+    """
+    parsed = parse_workload_file(path)
+    if isinstance(parsed, TraceRef):
+        try:
+            return parsed.load()
+        except ConfigError as exc:
+            raise WorkloadError(f"{path}: {exc}") from None
+    requests = generate(parsed, base_dir=Path(path).parent)
+    return Workload(
+        requests=tuple(requests), warmup_requests=parsed.warmup_requests, name=parsed.name
+    )

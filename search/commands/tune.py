@@ -63,7 +63,7 @@ def execute(sf: StudyFile, *, resume: bool, progress: bool) -> int:
     """Load the workload, run (or resume) the study, print the outcome."""
     simulate_fn = resolve_simulator(sf.simulator)
     try:
-        requests, warmup, wname = load_workload(sf.workload)
+        requests, warmup, wname = load_workload(sf.workload, sf.load)
     except ImportError as exc:
         raise ConfigError("workload", sf.workload, f"a loadable workload ({exc})") from None
     with _progress(sf, progress) as update:
@@ -133,7 +133,8 @@ def _progress(sf: StudyFile, enabled: bool) -> Iterator[Callable[[RunState], Non
 
 
 def print_outcome(sf: StudyFile, state: RunState) -> None:
-    """Status line, the Pareto front and the best configuration under each SLO."""
+    """Status line, the Pareto front, the best configuration under each SLO, knob importance."""
+    from search.importance import importance_table, knob_importances
     from search.report import best_lines, load_study, pareto_table
     from search.terminal import make_console
 
@@ -147,6 +148,8 @@ def print_outcome(sf: StudyFile, state: RunState) -> None:
     console.print("best configuration under each SLO (best first objective):")
     for line in best_lines(study):
         console.print(line, highlight=False, markup=False)
+    console.print()
+    console.print(importance_table(study.study_name, knob_importances(study)))
     console.print(
         f"reports (CSV, HTML): dynosim report {sf.name} --storage {sf.storage}", highlight=False
     )

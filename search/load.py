@@ -1,0 +1,414 @@
+"""Load as a study dimension: fixed | capacity | sweep.
+
+A study's ``load:`` section says at what load each configuration is judged::
+
+    load: {mode: fixed}                      # the workload as given (the default)
+    load: {mode: capacity, tolerance: 0.05}  # the highest load at which every SLO holds
+    load: {mode: sweep, levels: [8, 16, 32, 64]}   # every config at every level
+
+The *load axis* follows from the workload: a trace is replayed faster or slower (the level is
+the speed-up over the trace's own timestamps, ``workload.speedup`` being the trace's level), an
+open-loop synthetic workload (poisson, gamma, constant) gets another ``rate_rps``, a closed-loop
+one another client ``concurrency`` (an integer). Everything else about the workload — lengths,
+prefixes, sessions, its seed — stays, so the levels of one workload are coupled: the same
+requests, sent faster.
+
+Capacity search (:func:`find_capacity`) looks for the highest level of a geometric grid
+(``start x (1 + tolerance)^k``) at which every SLO constraint holds: it gallops from a first
+level until a feasible level sits next to an infeasible one, then bisects on the grid. Probes
+above capacity are stopped early by the simulator's :class:`~dynosim.slo_monitor.SLOMonitor` as
+soon as their SLO can no longer be met; probes are cached by level, so no load is simulated
+twice. Near the capacity a probe costs about a full run whichever side it falls on, so what
+decides the cost is how close the first level is: the study driver passes each configuration the
+capacity of the most similar configuration measured so far as a hint (one grid step per move
+then), and the grid makes the answer independent of that hint for a monotone system.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from dynosim.errors import ConfigError
+from dynosim.slo_monitor import STOP_STATS, LatencyBound, SLOMonitor
+
+Mode = Literal["fixed", "capacity", "sweep"]
+AxisKind = Literal["speedup", "rate_rps", "concurrency"]
+LEVEL_KNOB = "load.level"
+"""The knob a sweep adds to the space: the load level of a (config, level) point."""
+HINT_KEY = "load.hint"
+"""A proposal entry (never a knob, never stored) carrying a capacity search's first level."""
+LOAD_METRICS = (
+    "load_level",
+    "capacity_rps",
+    "capacity_rps_per_gpu",
+    "capacity_output_tokens_per_s_per_gpu",
+    "capacity_at_limit",
+    "capacity_probes",
+    "capacity_simulated_requests",
+    "capacity_full_runs",
+)
+"""Metrics a load mode adds to a trial's simulator metrics."""
+_KEYS = {"mode", "levels", "tolerance", "start", "min", "max", "early_stop", "max_probes"}
+_EARLY_STOP_METRICS = ("time_to_first_token", "inter_token_latency", "request_latency")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadSpec:
+    """The ``load:`` section of a study file, validated.
+
+    Attributes:
+        mode: ``fixed`` (the workload as given), ``capacity`` or ``sweep``.
+        levels: The sweep's levels (on the workload's axis), increasing.
+        tolerance: Capacity: stop when the bracket is this narrow, relative (``hi/lo - 1``).
+        start: Capacity: the first level tried (default: the workload's own).
+        min: Capacity: the lowest level tried before declaring "no load meets the SLO"
+            (default: the start / 64; 1 client for concurrency).
+        max: Capacity: the highest level tried (default: the start x 64); a config still
+            within its SLO there is reported at ``max`` with ``capacity_at_limit = 1``.
+        early_stop: Stop hopeless simulations as soon as their SLO can no longer be met
+            (default: on for capacity, off otherwise, where a stopped run's partial metrics
+            would replace the full run's).
+        max_probes: Capacity: most simulations per configuration.
+    """
+
+    mode: Mode = "fixed"
+    levels: tuple[float, ...] = ()
+    tolerance: float = 0.05
+    start: float | None = None
+    min: float | None = None
+    max: float | None = None
+    early_stop: bool | None = None
+    max_probes: int = 24
+
+    @property
+    def stops_early(self) -> bool:
+        """Whether simulations get an SLO monitor."""
+        return self.mode == "capacity" if self.early_stop is None else self.early_stop
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored form."""
+        return {
+            "mode": self.mode, "levels": list(self.levels), "tolerance": self.tolerance,
+            "start": self.start, "min": self.min, "max": self.max,
+            "early_stop": self.early_stop, "max_probes": self.max_probes,
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, raw: object, where: str = "load") -> LoadSpec:
+        """Validate a ``load:`` mapping (``None`` = fixed).
+
+        Raises:
+            ConfigError: An unknown key or a bad value, naming ``where.key``.
+        """
+        if raw is None:
+            return cls()
+        if not isinstance(raw, Mapping):
+            raise ConfigError(where, raw, "a mapping {mode: fixed | capacity | sweep, ...}")
+        for key in raw:
+            if key not in _KEYS:
+                raise ConfigError(f"{where}.{key}", raw[key], " | ".join(sorted(_KEYS)))
+        mode = raw.get("mode", "fixed")
+        if mode not in ("fixed", "capacity", "sweep"):
+            raise ConfigError(f"{where}.mode", mode, "fixed | capacity | sweep")
+        levels = _levels(where, mode, raw)
+        tol = raw.get("tolerance", 0.05)
+        _positive(f"{where}.tolerance", tol)
+        if tol >= 1:
+            raise ConfigError(f"{where}.tolerance", tol, "a relative width in (0, 1)")
+        lo, hi, st = _limits(where, raw)
+        early = raw.get("early_stop")
+        if early is not None and not isinstance(early, bool):
+            raise ConfigError(f"{where}.early_stop", early, "true | false")
+        probes = raw.get("max_probes", 24)
+        if isinstance(probes, bool) or not isinstance(probes, int) or not 2 <= probes <= 200:
+            raise ConfigError(f"{where}.max_probes", probes, "an integer in [2, 200]")
+        return cls(
+            mode=mode,
+            levels=tuple(float(v) for v in levels),
+            tolerance=float(tol),
+            start=None if st is None else float(st),
+            min=None if lo is None else float(lo),
+            max=None if hi is None else float(hi),
+            early_stop=early,
+            max_probes=probes,
+        )
+
+
+def _levels(where: str, mode: str, raw: Mapping[str, Any]) -> list[float]:
+    levels = raw.get("levels") or []
+    if mode != "sweep":
+        if levels:
+            raise ConfigError(f"{where}.levels", levels, "only with mode: sweep")
+        return []
+    if not isinstance(levels, list) or not levels:
+        raise ConfigError(f"{where}.levels", levels, "a non-empty list of load levels")
+    for i, v in enumerate(levels):
+        _positive(f"{where}.levels[{i}]", v)
+    if sorted(set(levels)) != list(levels):
+        raise ConfigError(f"{where}.levels", levels, "distinct levels in increasing order")
+    return [float(v) for v in levels]
+
+
+def _limits(where: str, raw: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+    bounds = {k: raw.get(k) for k in ("start", "min", "max")}
+    for k, v in bounds.items():
+        if v is not None:
+            _positive(f"{where}.{k}", v)
+    lo, hi, st = bounds["min"], bounds["max"], bounds["start"]
+    if lo is not None and hi is not None and lo >= hi:
+        raise ConfigError(f"{where}.max", hi, f"> load.min ({lo})")
+    if st is not None and ((lo is not None and st < lo) or (hi is not None and st > hi)):
+        raise ConfigError(f"{where}.start", st, "a level within [load.min, load.max]")
+    return lo, hi, st
+
+
+def _positive(where: str, v: object) -> None:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
+        raise ConfigError(where, v, "a finite number > 0")
+
+
+# ------------------------------------------------------------------------------ the axis
+@dataclass(frozen=True, slots=True)
+class LoadAxis:
+    """How a load level becomes the requests of a simulation.
+
+    Attributes:
+        kind: ``speedup`` (trace replay rate), ``rate_rps`` or ``concurrency``.
+        base: The workload's own level.
+        spec: The synthetic spec to regenerate at other levels (``None`` for a trace).
+        base_dir: Folder of the workload file (relative empirical traces).
+    """
+
+    kind: AxisKind
+    base: float
+    spec: Any = None
+    base_dir: str | None = None
+
+    def snap(self, level: float) -> float:
+        """The nearest level the axis can run (a whole number of clients for concurrency)."""
+        return float(max(1, round(level))) if self.kind == "concurrency" else float(level)
+
+    def unit(self) -> str:
+        """How a level reads: ``x`` (speed-up), ``req/s`` or ``clients``."""
+        return {"speedup": "x", "rate_rps": "req/s", "concurrency": "clients"}[self.kind]
+
+    def workload_at(self, level: float, requests: Sequence[Any]) -> tuple[Sequence[Any], float]:
+        """``(requests, speedup)`` to simulate at ``level``.
+
+        A trace keeps its requests (given at its own timestamps) and is replayed ``level``
+        times faster; a synthetic workload is regenerated at that rate or concurrency.
+        """
+        if self.kind == "speedup":
+            return requests, float(level)
+        from dynosim.workload import generate
+
+        spec = self.spec
+        arrival = spec.arrival
+        if self.kind == "rate_rps":
+            arrival = replace(arrival, rate_rps=float(level))
+        else:
+            arrival = replace(arrival, concurrency=round(level))
+        return tuple(generate(replace(spec, arrival=arrival), base_dir=self.base_dir)), 1.0
+
+
+def load_axis(workload: Mapping[str, Any]) -> LoadAxis:
+    """The load axis of a study's ``workload`` section (``trace:`` or ``file:``).
+
+    Raises:
+        WorkloadError: The workload file is malformed.
+    """
+    from dynosim.workload import TraceRef, parse_workload_file
+
+    if "trace" in workload:
+        return LoadAxis("speedup", float(workload.get("speedup", 1.0)))
+    parsed = parse_workload_file(workload["file"])
+    if isinstance(parsed, TraceRef):
+        return LoadAxis("speedup", float(parsed.speedup))
+    arrival = parsed.arrival
+    folder = str(Path(workload["file"]).parent)
+    if arrival.process == "closed_loop":
+        return LoadAxis("concurrency", float(arrival.concurrency), parsed, folder)
+    return LoadAxis("rate_rps", float(arrival.rate_rps), parsed, folder)
+
+
+# ----------------------------------------------------------------------- SLO monitor
+def slo_monitor(constraints: Sequence[Any]) -> SLOMonitor | None:
+    """The early-stop rules implied by a study's SLO constraints (``None`` = none apply).
+
+    ``time_to_first_token`` / ``inter_token_latency`` / ``request_latency`` statistics
+    (avg, max, p50, p90, p99) with ``<=`` and ``slo_attainment >=`` can stop a run; other
+    constraints (throughputs, ...) are only checked on the finished run.
+    """
+    bounds: list[LatencyBound] = []
+    attainment: float | None = None
+    for c in constraints:
+        stem, _, stat = c.metric.partition(".")
+        if stem in _EARLY_STOP_METRICS and stat in STOP_STATS and c.op == "<=":
+            bounds.append(LatencyBound(metric=stem, stat=stat, bound_ms=c.value))
+        elif c.metric == "slo_attainment" and c.op == ">=" and 0 <= c.value <= 1:
+            attainment = max(attainment or 0.0, c.value)
+    if not bounds and attainment is None:
+        return None
+    return SLOMonitor(bounds=tuple(bounds), min_attainment=attainment)
+
+
+# --------------------------------------------------------------------- capacity search
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """One simulation at one level: its metrics and whether every constraint held.
+
+    Attributes:
+        level: The load level.
+        metrics: ``Metrics.flat()`` of the run (partial when it was stopped early).
+        feasible: The run finished and met every constraint.
+        simulated_requests: Requests the run got to (all of them unless stopped early).
+        reason: Why it is infeasible.
+        stopped: The simulator stopped the run early (its SLO could no longer be met).
+    """
+
+    level: float
+    metrics: dict[str, float]
+    feasible: bool
+    simulated_requests: int
+    reason: str | None = None
+    stopped: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """What a capacity search found.
+
+    Attributes:
+        level: The highest feasible level (``None``: no level tried met the SLO).
+        best: The probe at that level (``None`` when there is none).
+        probes: Every probe, in the order run.
+        at_limit: The config met its SLO at the highest level allowed.
+        reason: Why there is no capacity.
+    """
+
+    level: float | None
+    best: Probe | None
+    probes: tuple[Probe, ...] = field(default_factory=tuple)
+    at_limit: bool = False
+    reason: str | None = None
+
+    @property
+    def simulated_requests(self) -> int:
+        """Requests simulated over every probe (the search's cost)."""
+        return sum(p.simulated_requests for p in self.probes)
+
+
+def find_capacity(
+    probe: Callable[[float], Probe],
+    axis: LoadAxis,
+    spec: LoadSpec,
+    hint: float | None = None,
+) -> Capacity:
+    """The highest level on the study's load grid at which ``probe`` is feasible.
+
+    Levels lie on a geometric grid ``start x (1 + tolerance)^k`` (whole clients for
+    concurrency), so a capacity is a grid level: the answer does not depend on the order of the
+    probes, only their number does. Feasibility is assumed monotone in load. From the first
+    level (``hint`` when given, else ``start``), the search gallops up or down — one grid step
+    first when hinted, about a doubling otherwise, the step doubling each time — until a
+    feasible level lies next to an infeasible one or a limit (``min``/``max``/``max_probes``)
+    ends it, then bisects on grid indices.
+
+    Args:
+        probe: Simulates one level.
+        axis: The workload's load axis.
+        spec: The study's load settings.
+        hint: A level likely near the capacity (e.g. that of a similar configuration).
+    """
+    start = axis.snap(spec.start if spec.start is not None else axis.base)
+    ratio = 1.0 + spec.tolerance
+    low_limit = spec.min if spec.min is not None else start / 64
+    high_limit = spec.max if spec.max is not None else start * 64
+    k_min = math.ceil(math.log(low_limit / start) / math.log(ratio) - 1e-9)
+    k_max = math.floor(math.log(high_limit / start) / math.log(ratio) + 1e-9)
+    probes: dict[float, Probe] = {}
+    order: list[Probe] = []
+
+    def run(k: int) -> Probe:
+        level = axis.snap(start * ratio**k)
+        if level not in probes:
+            p = probe(level)
+            probes[level] = p
+            order.append(p)
+        return probes[level]
+
+    k = 0
+    if hint is not None and hint > 0 and math.isfinite(hint):
+        k = round(math.log(hint / start) / math.log(ratio))
+    k = min(max(k, k_min), k_max)
+    step = 1 if hint is not None else max(1, round(math.log(2.0) / math.log(ratio)))
+    lo: int | None = None  # highest feasible index seen
+    hi: int | None = None  # lowest infeasible index seen
+    while len(order) < spec.max_probes:
+        p = run(k)
+        if p.feasible:
+            lo = k if lo is None else max(lo, k)
+        else:
+            hi = k if hi is None else min(hi, k)
+        if lo is not None and hi is not None:
+            if hi - lo <= 1 or axis.snap(start * ratio**lo) >= axis.snap(start * ratio**hi):
+                break
+            k = (lo + hi) // 2
+        elif lo is not None:  # every level so far met the SLO: go up
+            if lo >= k_max:
+                break
+            k = min(k_max, lo + step)
+            step *= 2
+        else:  # every level so far broke it: go down
+            assert hi is not None
+            if hi <= k_min:
+                break
+            k = max(k_min, hi - step)
+            step *= 2
+    if lo is None:
+        lowest = min(order, key=lambda q: q.level)
+        return Capacity(None, None, tuple(order), reason=_no_load(axis, lowest))
+    best = run(lo)
+    at_limit = hi is None and lo >= k_max
+    return Capacity(best.level, best, tuple(order), at_limit=at_limit)
+
+
+def _no_load(axis: LoadAxis, lowest: Probe) -> str:
+    return (
+        f"no load meets the SLO (lowest tried: {lowest.level:.3g} {axis.unit()}): "
+        f"{lowest.reason or 'SLO violated'}"
+    )
+
+
+def add_load_metrics(metrics: dict[str, float], level: float, gpus: float) -> None:
+    """Add ``load_level`` and the capacity metrics *as if* ``level`` were the capacity."""
+    metrics["load_level"] = float(level)
+    rps = metrics.get("request_throughput", math.nan)
+    metrics["capacity_rps"] = rps
+    metrics["capacity_rps_per_gpu"] = rps / gpus if gpus else math.nan
+    metrics["capacity_output_tokens_per_s_per_gpu"] = metrics.get(
+        "output_token_throughput_per_gpu", math.nan
+    )
+
+
+def capacity_metrics(found: Capacity, gpus: float, n_requests: int) -> dict[str, float]:
+    """A trial's metrics in capacity mode: the run at capacity plus the search's own figures.
+
+    Without a capacity, the lowest probe's metrics with every capacity metric 0.
+    """
+    if found.best is not None:
+        out = dict(found.best.metrics)
+    else:
+        lowest = min(found.probes, key=lambda p: p.level)
+        out = dict(lowest.metrics)
+        for k in ("capacity_rps", "capacity_rps_per_gpu", "capacity_output_tokens_per_s_per_gpu"):
+            out[k] = 0.0
+    out["capacity_at_limit"] = float(found.at_limit)
+    out["capacity_probes"] = float(len(found.probes))
+    out["capacity_simulated_requests"] = float(found.simulated_requests)
+    out["capacity_full_runs"] = found.simulated_requests / n_requests if n_requests else 0.0
+    return out
