@@ -75,6 +75,7 @@ class RayEvaluator:
                 # Workers must import search/ and dynosim/ the way the driver does.
                 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
                 kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": _pythonpath(root)}}
+                _quiet_token_auth_notice()
             else:
                 kwargs["address"] = address
             ray.init(**kwargs)
@@ -145,6 +146,24 @@ class RayEvaluator:
         self._refs.clear()
         if self._owns and self._ray.is_initialized():
             self._ray.shutdown()
+
+
+def _quiet_token_auth_notice() -> None:
+    """Drop Ray's "token authentication is enabled" notice for the local runtime we start.
+
+    Ray (2.5x, ``ray/_private/authentication/authentication_token_setup.py``) turns token
+    authentication on for every new local cluster and logs that on each start; the cluster is
+    private to this process, so the notice is not the user's business. Authentication stays on.
+    """
+    name = "ray._private.authentication.authentication_token_setup"
+    logger = logging.getLogger(name)
+    if not any(isinstance(f, _DropTokenNotice) for f in logger.filters):
+        logger.addFilter(_DropTokenNotice())
+
+
+class _DropTokenNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Token authentication is enabled")
 
 
 def _pythonpath(root: str) -> str:

@@ -449,11 +449,15 @@ def default_slo_sets(study: optuna.Study) -> list[SloSet]:
     """The study's SLOs, then a TTFT ladder (500/1000/2000 ms) keeping the other SLOs.
 
     The ladder uses the TTFT statistic the study constrains, else ``time_to_first_token.p90``
-    when the trials report it.
+    when the trials report it. A capacity study has no ladder: each trial was measured at the
+    load where its own SLO just holds, so a tighter TTFT is a question for another study.
     """
     slos = slo_constraints(study)
     label = ", ".join(constraint_label(c) for c in slos) or "no SLO"
     sets = [SloSet(f"study SLOs ({label})" if slos else label, tuple(slos))]
+    load = (study.user_attrs.get("study") or {}).get("load") or {}
+    if load.get("mode") == "capacity":
+        return sets
     ttft = [c for c in slos if c.metric.startswith("time_to_first_token.") and c.op == "<="]
     metric = ttft[0].metric if ttft else "time_to_first_token.p90"
     reported = any(metric in (t.user_attrs.get("metrics") or {}) for t in study.get_trials())

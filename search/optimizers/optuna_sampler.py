@@ -152,6 +152,11 @@ def latin_hypercube(space: Space, n: int, rng: np.random.Generator) -> list[Para
             x = np.exp(x) if k.log else x
             if k.step is not None:
                 x = k.low + np.round((x - k.low) / k.step) * k.step
-            col = [round(float(v)) if k.kind == "int" else float(v) for v in x]
+            # Stepped floats are rounded as Space.sample and the grid round them (0.8 + 3 x
+            # 0.05 is 0.9500000000000001, which Optuna's distribution refuses).
+            col = [
+                round(float(v)) if k.kind == "int" else round(float(v), 12 if k.step else 17)
+                for v in x
+            ]
         columns[k.name] = [col[i] for i in rng.permutation(n)]
     return [space.active_params({name: c[i] for name, c in columns.items()}) for i in range(n)]

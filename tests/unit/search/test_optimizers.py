@@ -159,3 +159,18 @@ def test_tpe_starts_with_the_latin_hypercube(problem: Problem) -> None:
     opt = build_optimizer("tpe", {"n_startup_trials": 8}, problem, seed=0)
     first = opt.ask(8)
     assert sorted(p["tp"] for p in first) == [1, 1, 2, 2, 4, 4, 8, 8]
+
+
+def test_latin_hypercube_stepped_floats_are_in_optunas_distribution() -> None:
+    import numpy as np
+
+    from search.optimizers.optuna_sampler import distribution, latin_hypercube
+    from search.space import Space
+
+    space = Space.from_dict(
+        {"knobs": {"u": {"type": "float", "low": 0.8, "high": 0.95, "step": 0.05}}}
+    )
+    dist = distribution(space.knob("u"))
+    points = latin_hypercube(space, 64, np.random.default_rng(0))
+    assert {p["u"] for p in points} == {0.8, 0.85, 0.9, 0.95}
+    assert all(dist._contains(dist.to_internal_repr(p["u"])) for p in points)
