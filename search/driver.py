@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from search.convergence import HypervolumeTracker, converged
 from search.evaluator import EvalContext, Evaluator, LocalEvaluator, TrialResult, prepare
 from search.load import HINT_KEY, LEVEL_KNOB, LoadSpec
@@ -277,21 +279,23 @@ class _Run:
             ev.submit(trial_id, params if hint is None else {**params, HINT_KEY: hint})
 
     def _capacity_hint(self, params: Params) -> float | None:
-        """Capacity mode: the capacity of the most similar config measured so far.
+        """Capacity mode: the median capacity of the most similar configs measured so far.
 
-        Similar = the most knobs with equal values (the latest on a tie). It only sets where
-        the search starts: on the load grid the capacity found does not depend on it.
+        Similar = the most knobs with equal values. It only sets where the search starts: on
+        the load grid the capacity found does not depend on it (for a monotone system).
         """
         if self.ctx.load.mode != "capacity":
             return None
-        hint, best = None, -1
+        best, levels = -1, []
         for r in self.cache.values():
             if not r.metrics or not r.metrics.get("capacity_rps", 0.0) > 0:
                 continue
             same = sum(r.params.get(k) == v for k, v in params.items())
-            if same >= best:
-                hint, best = r.metrics["load_level"], same
-        return hint
+            if same > best:
+                best, levels = same, []
+            if same == best:
+                levels.append(r.metrics["load_level"])
+        return float(np.median(levels)) if levels else None
 
     def _queue_levels(self, params: Params) -> None:
         """A sweep runs every config at every level: queue the config's other levels next."""
