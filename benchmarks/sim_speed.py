@@ -10,7 +10,10 @@ Three figures, all on 8 workers of the same deployment (``BASE``):
   1024, output mean 256, sigma 0.6), fast-forward, best of ``--repeat``;
 * whole process: ``dynosim simulate examples/llama8b_h200_vllm.yaml --trace <Mooncake>`` as a
   subprocess (pinned to one core with ``taskset -c 0`` when available), simulated seconds per
-  process wall second, so start-up (imports, step-time tables, trace parsing) counts.
+  process wall second, so start-up (imports, step-time tables, trace parsing) counts. One
+  untimed run first fills the disk caches. With ``PYTHONDONTWRITEBYTECODE`` set, every process
+  compiles dynosim's modules from source; ``--bytecode-cache`` unsets it for the subprocess, as
+  in an ordinary installation.
 
 Run: ``.venv/bin/python benchmarks/sim_speed.py [--repeat 5] [--only mooncake,rate,process]``.
 Step-time tables are built (or loaded from the disk cache) before timing starts.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -72,6 +76,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs per case; the best is shown")
     ap.add_argument("--reference-requests", type=int, default=2000)
     ap.add_argument("--only", default="mooncake,rate,process", help="comma-separated cases")
+    ap.add_argument(
+        "--bytecode-cache", action="store_true", help="let the subprocess write __pycache__"
+    )
     args = ap.parse_args()
     cases = set(args.only.split(","))
     perf = resolve(BASE)  # builds/loads the step-time tables once
@@ -81,7 +88,7 @@ def main() -> None:
     if "rate" in cases:
         high_rate(perf, args.repeat)
     if "process" in cases:
-        whole_process(args.trace, args.repeat)
+        whole_process(args.trace, args.repeat, bytecode_cache=args.bytecode_cache)
 
 
 def mooncake(trace: Path, perf: DeploymentPerf, repeat: int, reference: int) -> None:
@@ -117,27 +124,32 @@ def high_rate(perf: DeploymentPerf, repeat: int) -> None:
         _row(router, "fast-forward", len(requests), _best(cfg, requests, perf, repeat))
 
 
-def whole_process(trace: Path, repeat: int) -> None:
+def whole_process(trace: Path, repeat: int, *, bytecode_cache: bool = False) -> None:
     """``dynosim simulate`` as a subprocess on one core: simulated s per process wall s."""
     exe = Path(sys.executable).with_name("dynosim")
     cmd = [str(exe), "simulate", str(EXAMPLE), "--trace", str(trace)]
     if shutil.which("taskset"):
         cmd = ["taskset", "-c", "0", *cmd]
+    env = dict(os.environ)
+    if bytecode_cache:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
     best_wall, sim_s, inner = float("inf"), 0.0, 0.0
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "metrics.json"
+        subprocess.run([*cmd, "--json", str(out)], check=True, capture_output=True, env=env)
         for _ in range(repeat):
             t0 = time.perf_counter()
-            subprocess.run([*cmd, "--json", str(out)], check=True, capture_output=True)
+            subprocess.run([*cmd, "--json", str(out)], check=True, capture_output=True, env=env)
             wall = time.perf_counter() - t0
             if wall < best_wall:
                 metrics = json.loads(out.read_text())["metrics"]
                 best_wall = wall
                 sim_s = metrics["simulated_duration_s"]
                 inner = metrics["speedup"]
+    pyc = "off" if env.get("PYTHONDONTWRITEBYTECODE") else "on"
     print(
         f"\nwhole process ({'taskset -c 0 ' if cmd[0] == 'taskset' else ''}dynosim simulate "
-        f"{EXAMPLE.name} --trace {trace.name}), best of {repeat}:"
+        f"{EXAMPLE.name} --trace {trace.name}), best of {repeat}, bytecode cache {pyc}:"
     )
     print(
         f"  process wall {best_wall:.2f} s, simulated {sim_s:,.0f} s: "

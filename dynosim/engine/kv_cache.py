@@ -76,15 +76,16 @@ class PrefixKVCache:
 
         The caller checks ``available`` first; asking for more is a bug.
         """
-        if n_blocks > self.free:
-            if n_blocks > self.free + self.evictable_blocks:
+        short = n_blocks - self.free
+        if short > 0:
+            if short > self.evictable_blocks:
                 raise RuntimeError(f"KV over-allocation: {n_blocks} > {self.available}")
             ev, refs, unit = self._evictable, self._refs, self.unit_blocks
-            while self.free < n_blocks:
-                h = ev.popitem(last=False)[0]
-                del refs[h]
-                self.free += unit
-                self.evictable_blocks -= unit
+            evicted = -(-short // unit)
+            for _ in range(evicted):
+                del refs[ev.popitem(last=False)[0]]
+            self.free += evicted * unit
+            self.evictable_blocks -= evicted * unit
         self.free -= n_blocks
 
     def register(self, h: int) -> bool:
@@ -93,6 +94,16 @@ class PrefixKVCache:
             return False
         self._refs[h] = 1
         return True
+
+    def register_all(self, hashes: Sequence[int]) -> list[int]:
+        """:meth:`register` each unit in turn; the ones that were not cached yet."""
+        refs = self._refs
+        new: list[int] = []
+        for h in hashes:
+            if h not in refs:
+                refs[h] = 1
+                new.append(h)
+        return new
 
     def release(self, units: Sequence[int], blocks: int) -> None:
         """Return a request's ``blocks``, of which ``units`` are cached units it references.

@@ -27,8 +27,6 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable
 
-import numpy as np
-import numpy.typing as npt
 import simpy
 from simpy.events import URGENT
 
@@ -40,12 +38,19 @@ from dynosim.timer import schedule_timer
 from dynosim.types import HASH_BLOCK_TOKENS
 
 FinishCallback = Callable[[RunningRequest, int], None]
-_EMPTY = np.zeros(1, dtype=np.int64)
 _NEVER = 1 << 62
 
 
 class EngineWorker:
-    """A serving engine: a waiting queue, a running batch and a KV cache, stepped in time."""
+    """A serving engine: a waiting queue, a running batch and a KV cache, stepped in time.
+
+    Attributes:
+        steps: Engine steps completed so far.
+        events: Step boundaries processed so far (one per step when stepping).
+        busy_us: Total duration of the engine steps completed so far, in microseconds (a
+            fast-forwarded segment counts the steps up to the boundary that ended it, so a
+            segment cut short counts only the steps it ran); the same in both modes.
+    """
 
     def __init__(
         self,
@@ -86,9 +91,10 @@ class EngineWorker:
         self._version = 0
         self._step_prefill: list[tuple[RunningRequest, int]] = []
         self._seg_steps = 1
-        self._seg_ends: npt.NDArray[np.int64] = _EMPTY
+        self._seg_ends: list[int] = [0]  # when each step of the segment ends
         self._seg_applied = 1
         self._seg_demand = 0
+        self._seg_top = 0
         self._seg_start = 0
         self._sync_at = _NEVER
         self.steps = 0
@@ -109,7 +115,7 @@ class EngineWorker:
     def sync(self, now_us: int) -> None:
         """Bring the KV state up to ``now_us`` inside a fast-forwarded segment."""
         if now_us >= self._sync_at:  # a segment step has started since the last allocation
-            started = int(self._seg_ends.searchsorted(now_us, side="right")) + 1
+            started = bisect_right(self._seg_ends, now_us) + 1
             self._apply_allocations(min(started, self._seg_steps))
 
     # ----------------------------------------------------------------------- input
@@ -133,7 +139,8 @@ class EngineWorker:
         now = int(self.env.now)
         self.events += 1
         k = self._seg_steps
-        self._apply_allocations(k)
+        if k > self._seg_applied:
+            self._apply_allocations(k)
         self.S += k
         self.steps += k
         self.busy_us += now - self._seg_start
@@ -174,18 +181,19 @@ class EngineWorker:
                 plan.append((rr, chunk, need))
                 demand += need
                 left -= chunk
-            if demand <= kv.available:
+            if demand <= kv.free + kv.evictable_blocks:
                 break
             self._preempt_last()
             preempted = True
-        kv.allocate(demand)
+        if demand:
+            kv.allocate(demand)
         step_prefill: list[tuple[RunningRequest, int]] = []
         shapes: list[tuple[int, int]] = []
         for rr, chunk, need in plan:
             rr.blocks += need
             step_prefill.append((rr, chunk))
             shapes.append((chunk, rr.computed))
-        if not preempted:
+        if self.waiting and not preempted:
             left = self._admit(left, step_prefill, shapes)
         self._step_prefill = step_prefill
         n = self.n_decode
@@ -211,33 +219,36 @@ class EngineWorker:
             heapq.heappop(heap)
         k = heap[0][0] - self.S
         if k > 1:
+            bs = self.block_size
+            self._seg_top = (-self.S - 1) % bs  # the phase of step S + 1
             # With a request waiting, stop before the first eviction: evicting a cached unit
             # can shrink its prefix hit, unpin blocks and make it admissible (stepping re-checks
             # admission every step). With nobody waiting, evictions change nothing here.
             cap = self.kv.free if self.waiting else self.kv.available
-            if self._demand(k - 1) > cap:  # the last step that fits: demand is monotone
-                k = bisect_right(range(k), cap, key=self._demand)
+            # Every request takes at most one block per block_size steps: usually that fits.
+            if -(-(k - 1) // bs) * n > cap and self._demand(k - 1) > cap:
+                k = bisect_right(range(k), cap, key=self._demand)  # demand is monotone
         ends = self.timing.decode_run_us(n, kv_tokens, k).cumsum()
         ends += now
+        self._seg_ends = ends_list = ends.tolist()  # bisect on a list beats numpy per call
         self._seg_steps = k
-        self._seg_ends = ends
         self._seg_applied = 1
         self._seg_demand = 0
-        self._sync_at = int(ends[0]) if k > 1 else _NEVER
-        self._schedule(int(ends[-1]))
+        self._sync_at = ends_list[0] if k > 1 else _NEVER
+        self._schedule(ends_list[-1])
 
     def _demand(self, m: int) -> int:
-        """New KV blocks of the ``m`` decode steps after step ``S`` (the batch unchanged).
+        """New KV blocks of the ``m`` decode steps after the segment's first.
 
-        Every ``block_size`` consecutive steps each decoding request takes one block; the
-        ``m % block_size`` remaining steps take those of the phases they pass through.
+        In every ``block_size`` consecutive steps each decoding request takes one block; the
+        ``m % block_size`` remaining steps take those of the phases they pass through, from
+        ``_seg_top`` (the phase of step ``S + 1``) downwards, wrapping around.
         """
         bs = self.block_size
         full, rest = divmod(m, bs)
         total = full * self.n_decode
         if rest:
-            top = (-self.S - 1) % bs  # the phase of step S + 1; later steps count down
-            phase = self._phase
+            top, phase = self._seg_top, self._phase
             if rest <= top + 1:
                 total += sum(phase[top + 1 - rest : top + 1])
             else:
@@ -246,12 +257,12 @@ class EngineWorker:
 
     def _cut(self, now: int) -> None:
         """End the segment at the first step boundary strictly after ``now``."""
-        j = int(self._seg_ends.searchsorted(now, side="right"))
+        j = bisect_right(self._seg_ends, now)
         if j + 1 < self._seg_steps:
             self._seg_steps = j + 1
-            if self._seg_applied >= j + 1:
+            if self._seg_applied > j:
                 self._sync_at = _NEVER
-            self._schedule(int(self._seg_ends[j]))
+            self._schedule(self._seg_ends[j])
 
     def _apply_allocations(self, started: int) -> None:
         """Allocate the new blocks of segment steps up to ``started`` (step 0 already is)."""
@@ -261,7 +272,7 @@ class EngineWorker:
             self._seg_demand = demand
             self._seg_applied = started
             k = self._seg_steps
-            self._sync_at = int(self._seg_ends[started - 1]) if started < k else _NEVER
+            self._sync_at = self._seg_ends[started - 1] if started < k else _NEVER
 
     # ----------------------------------------------------------------- admission
     def _admit(
@@ -308,10 +319,7 @@ class EngineWorker:
     def _register_units(self, rr: RunningRequest) -> None:
         full = min(rr.computed // HASH_BLOCK_TOKENS, len(rr.hashes))
         if full > rr.n_units_seen:
-            kv = self.kv
-            for h in rr.hashes[rr.n_units_seen : full]:
-                if kv.register(h):
-                    rr.units.append(h)
+            rr.units += self.kv.register_all(rr.hashes[rr.n_units_seen : full])
             rr.n_units_seen = full
 
     # ------------------------------------------------------------ decode aggregate

@@ -28,16 +28,16 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.metadata
+import json
 import logging
 import math
 import os
-import tempfile
 import warnings
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
@@ -53,6 +53,7 @@ _PER_OCTAVE = 4
 _MAX_TOKENS = 1 << 20  # grid end for step tokens, chunk and context lengths
 _MAX_REQUESTS = 1 << 16  # grid end for requests per step
 _MAX_DECODE_KV = 1 << 27  # grid end for total KV tokens of a decode batch
+_SCALAR_RUN = 20  # decode runs up to this many steps are priced in Python floats (faster)
 _TABLE_NAMES = (
     "tok_grid",
     "nonattn_us",
@@ -67,6 +68,7 @@ _TABLE_NAMES = (
 )
 
 
+@functools.cache
 def aic_version() -> str:
     """Installed aiconfigurator-core version."""
     return importlib.metadata.version("aiconfigurator-core")
@@ -134,18 +136,43 @@ def resolve_key(config: DeploymentConfig) -> AicKey:
         raise ConfigError(
             "timing", "aic", f"roofline (AIConfigurator has no data for model {config.model})"
         )
+    version = _query_version(config.gpu, config.backend)
+    return AicKey(model.aic_name, config.gpu, config.backend, version, config.tp, config.dtype)
+
+
+@functools.lru_cache(maxsize=64)
+def _query_version(gpu: str, backend: str) -> str:
+    """AIConfigurator's current data version for ``backend`` on ``gpu``.
+
+    Resolving it reads a few dozen YAML files of the package (~0.5 s), so the answers are kept
+    in ``<cache>/aic/query_versions_aic<version>.json``: they depend only on the installed
+    package.
+
+    Raises:
+        ConfigError: AIConfigurator has no data for this backend on this GPU.
+    """
+    path = cache_dir() / f"query_versions_aic{aic_version()}.json"
+    name = f"{gpu}/{backend}"
+    known: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(loaded, dict):
+            known = loaded
+    if isinstance(known.get(name), str):
+        return str(known[name])
     with _quiet():
         from aiconfigurator_core.sdk import perf_database
 
         try:
-            version = perf_database.resolve_query_version(config.gpu, config.backend, "current")
+            version = str(perf_database.resolve_query_version(gpu, backend, "current"))
         except Exception as err:
             raise ConfigError(
-                "timing",
-                "aic",
-                f"roofline (AIConfigurator has no {config.backend} data for {config.gpu}: {err})",
+                "timing", "aic", f"roofline (AIConfigurator has no {backend} data for {gpu}: {err})"
             ) from None
-    return AicKey(model.aic_name, config.gpu, config.backend, str(version), config.tp, config.dtype)
+    known[name] = version
+    with contextlib.suppress(OSError):  # a read-only cache is not an error
+        _write_atomic(path, lambda f: f.write(json.dumps(known, indent=1).encode()))
+    return version
 
 
 def _compile(key: AicKey) -> Any:
@@ -253,12 +280,15 @@ def build_tables(key: AicKey) -> dict[str, F64]:
     }
 
 
-def _save_atomic(path: Path, tables: dict[str, F64]) -> None:
+def _write_atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Write a file through ``write`` so that readers see the old or the new file, whole."""
+    import tempfile  # only when writing: keeps start-up light
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, **tables)  # type: ignore[arg-type]
+            write(f)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -276,7 +306,7 @@ def aic_tables(key: AicKey) -> dict[str, F64]:
         pass  # missing or unreadable: rebuild
     tables = build_tables(key)
     with contextlib.suppress(OSError):  # a read-only cache is not an error
-        _save_atomic(path, tables)
+        _write_atomic(path, lambda f: np.savez(f, **tables))  # type: ignore[arg-type]
     return tables
 
 
@@ -308,17 +338,15 @@ class AicStepTime:
         self._prefill: list[list[float]] = t["prefill_us"].tolist()
         self._floor: float = self._prefill[0][0]
         self._dn: list[float] = t["dec_n_grid"].tolist()
-        self._kg = t["dec_k_grid"]
-        self._kw = np.diff(self._kg)
-        self._dec = t["decode_us"]
-        self._ddec = np.diff(self._dec, axis=1)
-        # Python-float copies for the scalar path: the same IEEE-754 operations in the same
-        # order as the numpy path, hence the same bits (no transcendental functions, no FMA).
-        self._kg_l: list[float] = self._kg.tolist()
-        self._kw_l: list[float] = self._kw.tolist()
-        self._dec_l: list[list[float]] = self._dec.tolist()
-        self._ddec_l: list[list[float]] = self._ddec.tolist()
+        # Python floats: the scalar and the vectorised decode paths apply the same IEEE-754
+        # operations in the same order, hence give the same bits (no transcendentals, no FMA).
+        kg, dec = t["dec_k_grid"], t["decode_us"]
+        self._kg_l: list[float] = kg.tolist()
+        self._kw_l: list[float] = np.diff(kg).tolist()
+        self._dec_l: list[list[float]] = dec.tolist()
+        self._ddec_l: list[list[float]] = np.diff(dec, axis=1).tolist()
         self._per_n: dict[int, tuple[int, float, float]] = {}
+        self._per_r: dict[int, tuple[float, float]] = {}
 
     @classmethod
     def from_config(cls, config: DeploymentConfig) -> AicStepTime:
@@ -331,15 +359,20 @@ class AicStepTime:
 
     def _const_us(self, n_tokens: int, n_requests: int) -> float:
         """Attention-free part of a step: other ops, LM head and framework overhead."""
-        return (
-            _lerp(self._tok, self._nonattn, float(n_tokens))
-            + _lerp(self._req, self._logits, float(n_requests))
-            + self.overhead.us(n_requests)
-        )
+        per_request = self._per_r.get(n_requests)
+        if per_request is None:
+            logits = _lerp(self._req, self._logits, float(n_requests))
+            per_request = (logits, self.overhead.us(n_requests))
+            self._per_r[n_requests] = per_request
+        return _lerp(self._tok, self._nonattn, float(n_tokens)) + per_request[0] + per_request[1]
 
     def _prefill_attn_us(self, chunk: int, context: int) -> float:
-        i, wc = _seg(self._chunk, float(max(chunk, 1)))
-        j, wp = _seg(self._ctx, float(max(context, 0)))
+        grid, x = self._chunk, float(max(chunk, 1))
+        i = min(max(bisect_right(grid, x) - 1, 0), len(grid) - 2)
+        wc = (x - grid[i]) / (grid[i + 1] - grid[i])
+        grid, x = self._ctx, float(max(context, 0))
+        j = min(max(bisect_right(grid, x) - 1, 0), len(grid) - 2)
+        wp = (x - grid[j]) / (grid[j + 1] - grid[j])
         r0, r1 = self._prefill[i], self._prefill[i + 1]
         a = r0[j] + wp * (r0[j + 1] - r0[j])
         b = r1[j] + wp * (r1[j + 1] - r1[j])
@@ -354,21 +387,54 @@ class AicStepTime:
             self._per_n[n] = row
         return row
 
-    def _decode_attn_us(self, n: int, kv: F64) -> F64:
-        """Decode attention of ``n`` requests for each total KV length in ``kv`` (vectorised)."""
-        i, wn, _ = self._decode_row(n)
-        j = np.searchsorted(self._kg, kv, side="right") - 1
-        np.clip(j, 0, self._kg.size - 2, out=j)
-        wk = (kv - self._kg[j]) / self._kw[j]
-        a = self._dec[i, j] + wk * self._ddec[i, j]
-        b = self._dec[i + 1, j] + wk * self._ddec[i + 1, j]
-        out: F64 = a + wn * (b - a)
+    def _kv_cell(self, kv: float) -> int:
+        """Segment of the KV grid that prices a total KV length of ``kv``."""
+        j = bisect_right(self._kg_l, kv) - 1
+        top = len(self._kg_l) - 2
+        return (j if j < top else top) if j > 0 else 0
+
+    def _decode_cell_us(self, n: int, j: int, kv: npt.NDArray[np.int64]) -> F64:
+        """Decode step times (before rounding) of ``n`` requests for KV lengths in cell ``j``.
+
+        The same IEEE-754 operations, in the same order, as :meth:`_decode_attn_scalar_us`
+        plus the attention-free time, element by element (scalars broadcast, no FMA).
+        """
+        i, wn, const = self._decode_row(n)
+        wk = (kv - self._kg_l[j]) / self._kw_l[j]
+        a = self._dec_l[i][j] + wk * self._ddec_l[i][j]
+        b = self._dec_l[i + 1][j] + wk * self._ddec_l[i + 1][j]
+        out: F64 = a + wn * (b - a) + const
+        return out
+
+    def _decode_run_scalar_us(self, n: int, kv: range) -> list[int]:
+        """Rounded decode step times for the KV lengths ``kv`` (increasing), in Python floats.
+
+        Element by element the operations of :meth:`step_us` for a decode-only step.
+        """
+        if not kv:
+            return []
+        i, wn, const = self._decode_row(n)
+        kg, kw = self._kg_l, self._kw_l
+        a0, da, b0, db = self._dec_l[i], self._ddec_l[i], self._dec_l[i + 1], self._ddec_l[i + 1]
+        top = len(kg) - 2
+        j = self._kv_cell(float(kv[0]))
+        nxt = kg[j + 1] if j < top else math.inf
+        out: list[int] = []
+        for x in kv:
+            while x >= nxt:
+                j += 1
+                nxt = kg[j + 1] if j < top else math.inf
+            wk = (float(x) - kg[j]) / kw[j]
+            a = a0[j] + wk * da[j]
+            b = b0[j] + wk * db[j]
+            d = math.floor(a + wn * (b - a) + const + 0.5)
+            out.append(d if d > 1 else 1)
         return out
 
     def _decode_attn_scalar_us(self, n: int, kv: float) -> float:
-        """:meth:`_decode_attn_us` for one KV length, in Python floats (bit-identical)."""
+        """Decode attention of ``n`` requests attending ``kv`` KV tokens in all."""
         i, wn, _ = self._decode_row(n)
-        j = min(max(bisect_right(self._kg_l, kv) - 1, 0), len(self._kg_l) - 2)
+        j = self._kv_cell(kv)
         wk = (kv - self._kg_l[j]) / self._kw_l[j]
         a = self._dec_l[i][j] + wk * self._ddec_l[i][j]
         b = self._dec_l[i + 1][j] + wk * self._ddec_l[i + 1][j]
@@ -403,7 +469,22 @@ class AicStepTime:
         if n_decode <= 0:
             empty = max(1, math.floor(self.overhead.us(0) + 0.5))
             return np.full(n_steps, empty, dtype=np.int64)
-        kv = decode_kv_tokens + n_decode * np.arange(n_steps, dtype=np.int64)
-        const = self._decode_row(n_decode)[2]
-        total = self._decode_attn_us(n_decode, kv.astype(np.float64)) + const
-        return np.maximum(np.floor(total + 0.5).astype(np.int64), 1)
+        kv = range(decode_kv_tokens, decode_kv_tokens + n_decode * n_steps, n_decode)
+        if n_steps <= _SCALAR_RUN:
+            return np.array(self._decode_run_scalar_us(n_decode, kv), dtype=np.int64)
+        kv_all = np.arange(kv.start, kv.stop, kv.step, dtype=np.int64)
+        # Piecewise over the cells of the KV grid the run crosses (usually one or two).
+        j, last = self._kv_cell(float(kv[0])), self._kv_cell(float(kv[-1]))
+        if j == last:
+            total = self._decode_cell_us(n_decode, j, kv_all)
+        else:
+            total = np.empty(n_steps)
+            start = 0
+            for cell in range(j, last + 1):
+                stop = n_steps if cell == last else bisect_left(kv, self._kg_l[cell + 1])
+                total[start:stop] = self._decode_cell_us(n_decode, cell, kv_all[start:stop])
+                start = stop
+        # Truncation is floor for x >= 0, and both give 1 after the clamp for x < 0.
+        out = (total + 0.5).astype(np.int64)
+        np.maximum(out, 1, out=out)
+        return out

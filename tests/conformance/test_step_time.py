@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from dataclasses import replace
@@ -194,6 +195,21 @@ def test_aic_disk_cache(cache_root: Path) -> None:
     loaded = aic.aic_tables(key)  # from disk this time
     with np.load(path) as data:
         assert np.array_equal(loaded["decode_us"], data["decode_us"])
+
+
+def test_aic_query_version_disk_cache(cache_root: Path) -> None:
+    aic._query_version.cache_clear()
+    cfg = DeploymentConfig(model=MODEL, gpu="h100_sxm", backend="trtllm")
+    key = aic.resolve_key(cfg)
+    path = cache_root / "aic" / f"query_versions_aic{aic.aic_version()}.json"
+    assert json.loads(path.read_text()) == {"h100_sxm/trtllm": key.backend_version}
+    aic._query_version.cache_clear()
+    path.write_text(json.dumps({"h100_sxm/trtllm": "from-disk"}))
+    assert aic.resolve_key(cfg).backend_version == "from-disk"  # read, not resolved again
+    path.write_text("not json")
+    aic._query_version.cache_clear()
+    assert aic.resolve_key(cfg) == key  # an unreadable cache file is rebuilt
+    aic._query_version.cache_clear()
 
 
 def test_overhead_override_adds_constant(cache_root: Path) -> None:

@@ -3,9 +3,10 @@
 Seeded random cases (reproducible: case N is ``random.Random(N)``): tiny KV pools (preemption),
 token budgets as small as ``max_num_seqs``, block sizes 16-512, chunked prefill and prefix
 caching on and off, 1-3 workers, every router, bursts at one instant, closed loops and think
-times. Every case must give identical per-request records in both modes and leave no KV block
-held and no request behind. Cases 72, 174 and 221 once caught a prefix eviction that made a
-waiting request admissible in the middle of a fast-forwarded segment.
+times. Every case must give identical per-request records and per-worker busy time in both
+modes and leave no KV block held and no request behind. Cases 72, 174 and 221 once caught a
+prefix eviction that made a waiting request admissible in the middle of a fast-forwarded
+segment.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ from dynosim.simulation import SimResult
 from tests.conftest import make_requests
 
 
-def _run(cfg: DeploymentConfig, reqs: list[Request], kv_blocks: int, ff: bool) -> SimResult:
+def _run(
+    cfg: DeploymentConfig, reqs: list[Request], kv_blocks: int, ff: bool
+) -> tuple[SimResult, list[int]]:
+    """The result and each worker's ``busy_us``."""
     perf = DeploymentPerf(LinearStepTime(), kv_blocks, gpu_hour_usd=1.0)
     sim = Simulation(cfg, reqs, fast_forward=ff, perf=perf)
     res = sim.run()
@@ -31,7 +35,8 @@ def _run(cfg: DeploymentConfig, reqs: list[Request], kv_blocks: int, ff: bool) -
         assert w.kv.used == 0
         assert not w.running
         assert not w.waiting
-    return res
+        assert 0 <= w.busy_us <= sim.env.now
+    return res, [w.busy_us for w in sim.workers]
 
 
 def _case(n: int, *, chunked: bool | None = None) -> tuple[DeploymentConfig, list[Request], int]:
@@ -74,9 +79,10 @@ def _case(n: int, *, chunked: bool | None = None) -> tuple[DeploymentConfig, lis
 
 
 def _check(cfg: DeploymentConfig, reqs: list[Request], kv_blocks: int) -> None:
-    fast = _run(cfg, reqs, kv_blocks, ff=True)
-    slow = _run(cfg, reqs, kv_blocks, ff=False)
+    fast, fast_busy = _run(cfg, reqs, kv_blocks, ff=True)
+    slow, slow_busy = _run(cfg, reqs, kv_blocks, ff=False)
     assert fast.records.equal(slow.records)
+    assert fast_busy == slow_busy
     assert fast.metrics.completed_requests + fast.metrics.rejected_requests == len(reqs)
 
 
@@ -91,3 +97,17 @@ def test_preempted_requests_recompute_with_chunked_prefill_off() -> None:
     # it must then be chunked, or it would wait forever.
     for n in range(60):
         _check(*_case(n, chunked=False))
+
+
+@pytest.mark.parametrize("ff", [True, False])
+def test_busy_time_is_the_sum_of_step_durations(ff: bool) -> None:
+    # One request on an idle worker: every step from its arrival to its completion is busy.
+    # Two requests far apart: the idle gap between them is not.
+    cfg = DeploymentConfig.from_dict({"model": "x", "gpu": "h200_sxm", "workers": 1})
+    reqs = [
+        Request(id=0, arrival_s=0.5, input_tokens=700, output_tokens=40),
+        Request(id=1, arrival_s=100.0, input_tokens=300, output_tokens=9),
+    ]
+    res, busy = _run(cfg, reqs, 5000, ff)
+    rec = res.records
+    assert busy == [int((rec.finish_us - rec.arrival_us).sum())]
