@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from dynosim.config import DeploymentConfig
 from dynosim.engine.state import RunningRequest
@@ -67,7 +68,9 @@ class KvAware:
 
     Prefill blocks are the prompt's blocks not already cached on the worker plus the prompt
     blocks already routed there and not yet prefilled; active blocks are the KV blocks its
-    running requests hold. The lowest cost wins
+    running requests hold plus those queued prompt blocks (Dynamo counts a request's blocks as
+    active from the moment it routes it: docs.nvidia.com/dynamo, "Router Design", block
+    tracking). The lowest cost wins
     (ties broken at random); with ``temperature > 0`` a worker is sampled with probability
     proportional to ``exp(-normalised cost / temperature)``.
     """
@@ -79,22 +82,30 @@ class KvAware:
 
     def route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
         """Lowest-cost worker, or a softmax sample."""
-        limit = min(len(rr.hashes), (rr.target - 1) // HASH_BLOCK_TOKENS)
-        costs = np.empty(len(workers))
-        for i, w in enumerate(workers):
+        hashes, target, weight = rr.hashes, rr.target, self.overlap_weight
+        limit = min(len(hashes), (target - 1) // HASH_BLOCK_TOKENS)
+        costs: list[float] = []
+        for w in workers:
             w.sync(now_us)
-            bs = w.block_size
-            hit = w.kv.match(rr.hashes, limit) if limit > 0 else 0
-            prefill_blocks = -(-rr.target // bs) - hit * w.kv.unit_blocks
-            prefill = prefill_blocks + w.pending_prefill_blocks
-            costs[i] = self.overlap_weight * prefill + w.kv.used
+            kv, bs = w.kv, w.block_size
+            hit = kv.match(hashes, limit) if limit > 0 else 0
+            queued = w.pending_prefill / bs
+            prefill = -(-target // bs) - hit * kv.unit_blocks + queued
+            # Active blocks count a request from the moment it is routed (Dynamo's router
+            # design doc: incremented when a request is added), so queued prompts count too.
+            costs.append(weight * prefill + kv.used + queued)
         if self.temperature > 0:
-            span = costs.max() - costs.min()
-            z = (costs - costs.min()) / span if span > 0 else np.zeros_like(costs)
-            p = np.exp(-z / self.temperature)
-            return int(self._rng.choice(len(workers), p=p / p.sum()))
-        best = np.flatnonzero(costs == costs.min())
-        return int(best[0] if best.size == 1 else self._rng.choice(best))
+            return self._sample(np.array(costs))
+        low = min(costs)
+        best = [i for i, c in enumerate(costs) if c == low]
+        return best[0] if len(best) == 1 else best[int(self._rng.integers(len(best)))]
+
+    def _sample(self, costs: npt.NDArray[np.float64]) -> int:
+        """A worker drawn with probability ``exp(-normalised cost / temperature)``."""
+        span = costs.max() - costs.min()
+        z = (costs - costs.min()) / span if span > 0 else np.zeros_like(costs)
+        p = np.exp(-z / self.temperature)
+        return int(self._rng.choice(len(costs), p=p / p.sum()))
 
 
 def make_router(config: DeploymentConfig, rng: np.random.Generator) -> Router:

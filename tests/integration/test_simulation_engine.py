@@ -171,3 +171,22 @@ def test_same_seed_same_metrics_random_router() -> None:
     assert a == b
     assert a != c
     assert not math.isnan(a["time_to_first_token"]["p99"])
+
+
+def test_kv_aware_with_zero_overlap_weight_balances_a_burst() -> None:
+    # 64 requests arrive together with no prefix in common: with the overlap term off the cost
+    # is the worker's load alone, and requests routed but still queued count towards it.
+    reqs = [
+        Request(
+            id=i,
+            arrival_s=0.0,
+            input_tokens=2048,
+            output_tokens=50,
+            block_hashes=tuple(range(4 * i, 4 * i + 4)),
+        )
+        for i in range(64)
+    ]
+    cfg = tiny_config(router="kv_aware", kv_router={"overlap_weight": 0.0})
+    rec = _run(cfg, reqs).records
+    counts = np.bincount(rec.worker, minlength=4)
+    assert counts.max() - counts.min() <= 1
