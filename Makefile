@@ -4,6 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 RUN_STAMP := $(VENV)/.installed
+# setuptools' notes on editable installs (UserWarnings of the build backend) are not the user's.
+QUIET_BUILD := PYTHONWARNINGS=ignore::UserWarning
 
 .PHONY: run test lint bench clean
 
@@ -12,11 +14,11 @@ $(VENV)/bin/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(RUN_STAMP): pyproject.toml | $(VENV)/bin/python
-	$(BIN)/pip install --quiet -e .
+	$(QUIET_BUILD) $(BIN)/pip install --quiet -e .
 	touch $@
 
 $(STAMP): pyproject.toml | $(VENV)/bin/python
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(QUIET_BUILD) $(BIN)/pip install --quiet -e '.[dev]'
 	touch $@ $(RUN_STAMP)
 
 run: $(RUN_STAMP)

@@ -34,12 +34,13 @@ def _int(name: str, value: object, low: int, high: int | None = None) -> None:
 
 
 def _float(name: str, value: object, low: float, high: float, *, open_low: bool = False) -> None:
+    bracket = "(" if open_low else "["
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(name, value, "a number")
-    bad_low = value <= low if open_low else value < low
-    if bad_low or value > high:
-        bracket = "(" if open_low else "["
         raise ConfigError(name, value, f"a number in {bracket}{low}, {high}]")
+    # written so that NaN fails every comparison and is refused
+    in_low = value > low if open_low else value >= low
+    if not (in_low and value <= high):
+        raise ConfigError(name, value, f"a finite number in {bracket}{low}, {high}]")
 
 
 def _bool(name: str, value: object) -> None:
@@ -151,6 +152,9 @@ class DeploymentConfig:
         """Build from parsed YAML/JSON, rejecting unknown fields and bad values."""
         if not isinstance(data, Mapping):
             raise ConfigError("deployment", data, "a mapping of fields")
+        for key in data:
+            if not isinstance(key, str):
+                raise ConfigError(str(key), data[key], "a field name (a string)")
         nested = {"kv_router": KVRouterConfig, "engine": EngineConfig, "slo": SLOConfig}
         kwargs: dict[str, Any] = {}
         top = {f.name for f in fields(cls)}

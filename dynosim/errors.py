@@ -14,7 +14,26 @@ class ConfigError(DynosimError, ValueError):
         self.field = field
         self.value = value
         self.allowed = allowed
-        super().__init__(f"{field}: got {value!r}; allowed: {allowed}")
+        super().__init__(f"{_one_line(field)}: got {_short_repr(value)}; allowed: {allowed}")
+
+
+_MAX_VALUE_CHARS = 200
+
+
+def _one_line(text: str) -> str:
+    """``text`` itself when printable, else its repr (a key with a newline stays one line)."""
+    return text if text.isprintable() else repr(text)
+
+
+def _short_repr(value: object) -> str:
+    """The value's repr, cut to ``_MAX_VALUE_CHARS`` (a 5,000-digit number stays readable)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int beyond Python's 4,300-digit str conversion limit
+        return f"<an integer of {value.bit_length() if isinstance(value, int) else '?'} bits>"
+    if len(text) > _MAX_VALUE_CHARS:
+        return f"{text[: _MAX_VALUE_CHARS - 20]}... ({len(text):,} characters)"
+    return text
 
 
 class InfeasibleError(DynosimError):

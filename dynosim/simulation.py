@@ -272,6 +272,11 @@ class Simulation:
 
 
 def _us(seconds: float) -> int:
+    if not -1e9 < seconds < 1e9:  # dynosim.workload.limits.MAX_TIME_S; NaN fails too
+        raise ConfigError(
+            "request time", seconds, "a finite number of seconds below 1e9 (check the workload's"
+            " times and speed-up)"
+        )  # fmt: skip
     return round(seconds * 1e6)
 
 

@@ -13,6 +13,7 @@ optimizer, mark trials left RUNNING by a crash FAIL and evaluate their params ag
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import time
@@ -24,9 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dynosim.errors import DynosimError
 from search.convergence import HypervolumeTracker, converged
 from search.evaluator import EvalContext, Evaluator, LocalEvaluator, TrialResult, prepare
-from search.load import HINT_KEY, LEVEL_KNOB, LoadSpec
+from search.lease import Lease
+from search.load import HINT_KEY, LEVEL_KNOB, LoadSpec, capacity_hint
 from search.optimizers import build_optimizer, generation_size
 from search.optimizers.base import Optimizer
 from search.problem import check_directions
@@ -69,10 +72,13 @@ def workload_id(requests: Sequence[Request], name: str = "") -> str:
 def default_evaluator(sf: StudyFile) -> EvaluatorFactory:
     """The evaluator the study file's ``executor`` asks for."""
     ex = sf.executor
+    timeout_s, memory_mb = sf.budget.trial_timeout_s, ex.get("memory_limit_mb")
 
     def make(ctx: EvalContext, requests: Sequence[Request]) -> Evaluator:
         if ex["kind"] == "local":
-            return LocalEvaluator(ctx, requests)
+            return LocalEvaluator(
+                ctx, requests, trial_timeout_s=timeout_s, memory_limit_mb=memory_mb
+            )
         from search.ray_evaluator import RayEvaluator
 
         return RayEvaluator(
@@ -81,6 +87,8 @@ def default_evaluator(sf: StudyFile) -> EvaluatorFactory:
             address=ex["address"],
             num_cpus=ex["num_cpus"],
             max_retries=ex["max_retries"],
+            trial_timeout_s=timeout_s,
+            memory_limit_mb=memory_mb,
         )
 
     return make
@@ -118,20 +126,36 @@ def run_study(
     storage = open_storage(sf.storage)
     problem = sf.problem
     if resume:
-        record = StudyRecord(storage, sf.name)
+        record = StudyRecord(storage, sf.name, url=sf.storage)
         check_directions(record.directions, problem.directions)
     else:
-        record = StudyRecord.create(storage, sf.name, problem.directions)
-        record.set_attr("study", sf.data)
-        record.set_attr("objectives", [o.to_dict() for o in problem.objectives])
-        record.set_attr("constraints", problem.constraint_dicts())
-        record.set_attr("hv_history", [])
-    record.set_attr("status", "running")
+        record = StudyRecord.create(storage, sf.name, problem.directions, url=sf.storage)
+    with Lease.acquire(record):  # before the reload fails the trials a dead driver left RUNNING
+        if not resume:
+            record.set_attr("study", sf.data)
+            record.set_attr("objectives", [o.to_dict() for o in problem.objectives])
+            record.set_attr("constraints", problem.constraint_dicts())
+            record.set_attr("hv_history", [])
+        record.set_attr("status", "running")
+        return _drive(sf, record, requests, warmup_requests, workload_name, simulate_fn,
+                      evaluator, progress)  # fmt: skip
+
+
+def _drive(
+    sf: StudyFile,
+    record: StudyRecord,
+    requests: Sequence[Request],
+    warmup_requests: int,
+    workload_name: str,
+    simulate_fn: SimulateFn | None,
+    evaluator: EvaluatorFactory | None,
+    progress: Progress | None,
+) -> RunState:
     wid = workload_id(requests, workload_name)
     if sf.load.mode != "fixed":  # the same workload judged another way is another study
         wid = hashlib.sha256(f"{wid}{sf.load.to_dict()}".encode()).hexdigest()[:16]
     ctx = EvalContext(
-        problem=problem,
+        problem=sf.problem,
         workload_id=wid,
         seed=sf.seed,
         warmup_requests=warmup_requests,
@@ -149,12 +173,16 @@ def run_study(
     ev = make(ctx, requests)
     try:
         run.loop(ev)
-    except KeyboardInterrupt:
-        run.state.status = "stopped"
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            run.state.status = "stopped"
+        with contextlib.suppress(DynosimError):  # the storage may be what failed
+            record.set_attr("status", run.state.status)
         raise
+    else:
+        record.set_attr("status", run.state.status)
     finally:
         ev.close()
-        record.set_attr("status", run.state.status)
     return run.state
 
 
@@ -279,23 +307,19 @@ class _Run:
             ev.submit(trial_id, params if hint is None else {**params, HINT_KEY: hint})
 
     def _capacity_hint(self, params: Params) -> float | None:
-        """Capacity mode: the median capacity of the most similar configs measured so far.
+        """Capacity mode: where the search starts (see :func:`search.load.capacity_hint`).
 
-        Similar = the most knobs with equal values. It only sets where the search starts: on
-        the load grid the capacity found does not depend on it (for a monotone system).
+        It only sets where the search starts: on the load grid the capacity found does not
+        depend on it (for a monotone system).
         """
         if self.ctx.load.mode != "capacity":
             return None
-        best, levels = -1, []
-        for r in self.cache.values():
-            if not r.metrics or not r.metrics.get("capacity_rps", 0.0) > 0:
-                continue
-            same = sum(r.params.get(k) == v for k, v in params.items())
-            if same > best:
-                best, levels = same, []
-            if same == best:
-                levels.append(r.metrics["load_level"])
-        return float(np.median(levels)) if levels else None
+        measured = [
+            (r.params, r.metrics["load_level"])
+            for r in self.cache.values()
+            if r.metrics and r.metrics.get("capacity_rps", 0.0) > 0
+        ]
+        return capacity_hint(params, measured)
 
     def _queue_levels(self, params: Params) -> None:
         """A sweep runs every config at every level: queue the config's other levels next."""
@@ -353,8 +377,6 @@ class _Run:
 
 def pareto_front(results: Sequence[TrialResult], directions: Sequence[str]) -> list[TrialResult]:
     """The feasible non-dominated results, best first by the first objective."""
-    import numpy as np
-
     feasible = [r for r in results if r.feasible]
     if not feasible:
         return []

@@ -4,14 +4,21 @@
 :class:`LocalEvaluator` runs it in the driver (tests, debugging); ``search.ray_evaluator``
 runs it as Ray tasks. Every failure of a config (it does not build, does not fit, the simulator
 raises) becomes an infeasible result with the reason, never an exception.
+
+Bounds: with a trial time limit or a memory limit, :class:`LocalEvaluator` runs each evaluation
+in a forked child (:class:`BoundedChild`) that is killed when it overruns and whose address
+space is capped (:func:`memory_cap`); a hang or a runaway allocation becomes an infeasible result
+with the reason ("exceeded the trial time limit of N s", "exceeded the memory limit of N MiB").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -271,12 +278,33 @@ class Evaluator(Protocol):
 
 
 class LocalEvaluator:
-    """Evaluates in the calling process, one at a time, in submission order."""
+    """Evaluates on this machine, one at a time, in submission order.
 
-    def __init__(self, ctx: EvalContext, requests: Sequence[Request]) -> None:
+    Without limits an evaluation runs in the calling process (tests, debugging); with a time or
+    memory limit it runs in a forked child process (see :class:`BoundedChild`), which is
+    killed when it overruns, so a hang or a runaway costs one trial, not the study.
+
+    Args:
+        ctx: The study's shared evaluation context.
+        requests: The workload.
+        trial_timeout_s: Wall time one evaluation may take (``None``: no limit).
+        memory_limit_mb: Memory one evaluation may allocate (``None``: no limit).
+    """
+
+    def __init__(
+        self,
+        ctx: EvalContext,
+        requests: Sequence[Request],
+        *,
+        trial_timeout_s: float | None = None,
+        memory_limit_mb: int | None = None,
+    ) -> None:
         self._ctx = ctx
         self._requests = requests
         self._queue: deque[tuple[int, Params]] = deque()
+        self._timeout_s = trial_timeout_s
+        self._memory_mb = memory_limit_mb
+        self._child: BoundedChild | None = None
 
     @property
     def capacity(self) -> int:
@@ -297,8 +325,212 @@ class LocalEvaluator:
         if not self._queue:
             return []
         tag, params = self._queue.popleft()
-        return [(tag, evaluate_one(self._ctx, params, self._requests))]
+        if self._timeout_s is None and self._memory_mb is None:
+            return [(tag, evaluate_one(self._ctx, params, self._requests))]
+        if self._child is None:
+            self._child = BoundedChild(self._ctx, self._requests, self._memory_mb)
+        return [(tag, self._child.evaluate(params, self._timeout_s))]
 
     def close(self) -> None:
-        """Drop anything queued."""
+        """Drop anything queued; stop the child process."""
         self._queue.clear()
+        if self._child is not None:
+            self._child.stop()
+            self._child = None
+
+
+# -- bounded evaluations --------------------------------------------------------------------
+
+
+def timeout_reason(timeout_s: float) -> str:
+    """The reason recorded for an evaluation cancelled at its time limit."""
+    return f"exceeded the trial time limit of {timeout_s:g} s"
+
+
+def failed_result(ctx: EvalContext, params: Params, why: str, wall_s: float) -> TrialResult:
+    """An evaluation that produced nothing (timed out, lost, its process died), scored as such.
+
+    A config that does not build keeps its own reason (it is why nothing could run).
+    """
+    params = {k: v for k, v in params.items() if k != HINT_KEY}
+    _, data, digest, reason = prepare(ctx, params)
+    score = ctx.problem.penalty(reason or why)
+    return TrialResult(
+        params=dict(params),
+        config=data,
+        config_hash=digest,
+        metrics={},
+        values=score.values,
+        constraints=score.constraints,
+        feasible=False,
+        reason=score.reason,
+        seed=ctx.seed,
+        wall_s=wall_s,
+    )
+
+
+def within_memory(
+    result: TrialResult, ctx: EvalContext, memory_limit_mb: int | None
+) -> TrialResult:
+    """Name the memory limit in the reason of an evaluation that ran out of memory under it."""
+    if memory_limit_mb is None or result.metrics or "MemoryError" not in (result.reason or ""):
+        return result
+    why = f"exceeded the memory limit of {memory_limit_mb} MiB ({result.reason})"
+    score = ctx.problem.penalty(why)
+    return dataclasses.replace(
+        result, values=score.values, constraints=score.constraints, reason=score.reason
+    )
+
+
+@contextmanager
+def memory_cap(memory_limit_mb: int | None) -> Iterator[None]:
+    """Cap the address space this process may add (``RLIMIT_AS``) by ``memory_limit_mb``.
+
+    The cap is relative to the process's size on entry: a forked child or a Ray worker
+    already maps far more than it uses (libraries, thread stacks, the object store), so an
+    absolute cap would fail at once. An allocation beyond it raises ``MemoryError``. The
+    previous limit is restored on exit. Does nothing without a limit or off Linux.
+    """
+    if memory_limit_mb is None:
+        yield
+        return
+    import resource
+
+    size = _address_space_bytes()
+    if size is None:
+        yield
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = size + memory_limit_mb * 2**20
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def _address_space_bytes() -> int | None:
+    """This process's virtual size (``VmSize``), or ``None`` where ``/proc`` has none."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+class BoundedChild:
+    """:func:`evaluate_one` in a long-lived forked child process, killed when it overruns.
+
+    The child is forked once and inherits the workload (no copy, no pickling); each
+    evaluation sends the knob values down a pipe and waits for the result at most the time
+    limit, so a cheap evaluation costs a pipe round trip, not a fork. An evaluation that
+    overruns its time, or whose process dies (a crash, an allocation the memory cap did not
+    catch), becomes an infeasible result with the reason; the child is then killed and a new
+    one forked for the next evaluation, and the caller's process is never at risk.
+
+    Args:
+        ctx: The study's shared evaluation context.
+        requests: The workload.
+        memory_limit_mb: Memory one evaluation may allocate (``None``: no limit).
+    """
+
+    def __init__(
+        self, ctx: EvalContext, requests: Sequence[Request], memory_limit_mb: int | None
+    ) -> None:
+        self._ctx = ctx
+        self._requests = requests
+        self._memory_mb = memory_limit_mb
+        self._process: Any = None
+        self._conn: Any = None
+        self._last_exitcode: int | None = None
+
+    def _start(self) -> None:
+        import multiprocessing
+
+        mp = multiprocessing.get_context("fork")  # shares the workload; Linux (and macOS) only
+        parent, child = mp.Pipe(duplex=True)
+        self._process = mp.Process(
+            target=_child_main,
+            args=(child, self._ctx, self._requests, self._memory_mb),
+            name="dynosim-evaluation",
+            daemon=True,
+        )
+        self._process.start()
+        child.close()
+        self._conn = parent
+
+    def evaluate(self, params: Params, timeout_s: float | None) -> TrialResult:
+        """Evaluate ``params`` in the child, waiting at most ``timeout_s``."""
+        if self._process is None or not self._process.is_alive():
+            self._start()
+        t0 = time.perf_counter()
+        why: str | None = None
+        try:
+            self._conn.send(params)
+            if self._conn.poll(timeout_s):
+                result: TrialResult = self._conn.recv()
+                return result
+            why = timeout_reason(timeout_s or 0.0)
+        except (EOFError, BrokenPipeError, ConnectionResetError):  # the child died
+            pass
+        self.stop()
+        if why is None:
+            why = _death_reason(self._last_exitcode, self._memory_mb)
+        return failed_result(self._ctx, params, why, time.perf_counter() - t0)
+
+    def stop(self) -> None:
+        """Kill the child (if any) and forget it."""
+        if self._process is not None:
+            if self._process.is_alive():
+                self._process.kill()
+            self._process.join()
+            self._last_exitcode = self._process.exitcode
+            self._conn.close()
+        self._process = self._conn = None
+
+
+def _death_reason(exitcode: int | None, memory_limit_mb: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        import signal
+
+        how = f"signal {signal.Signals(-exitcode).name}"
+    else:
+        how = f"exit code {exitcode}"
+    cap = f" under the memory limit of {memory_limit_mb} MiB" if memory_limit_mb else ""
+    return f"evaluation process died ({how}){cap}"
+
+
+def _child_main(
+    conn: Any, ctx: EvalContext, requests: Sequence[Request], memory_limit_mb: int | None
+) -> None:
+    """The forked child: evaluate each knob assignment received, send the result back."""
+    _die_with_parent()
+    while True:
+        try:
+            params = conn.recv()
+        except EOFError:  # the parent closed the pipe
+            return
+        try:
+            with memory_cap(memory_limit_mb):
+                result = within_memory(evaluate_one(ctx, params, requests), ctx, memory_limit_mb)
+        except MemoryError as exc:  # outside evaluate_one's own handler (scoring, copying)
+            why = f"exceeded the memory limit of {memory_limit_mb} MiB (MemoryError: {exc})"
+            result = failed_result(ctx, params, why, 0.0)
+        conn.send(result)
+
+
+def _die_with_parent() -> None:
+    """Linux: have the kernel kill this child when its parent dies (no orphaned hang)."""
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return

@@ -132,8 +132,8 @@ class Constraint:
             raise ConfigError(f"{where}.op", op, "<= | >=")
         try:
             number = float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{where}.value", value, "a number") from None
+        except (TypeError, ValueError, OverflowError):
+            raise ConfigError(f"{where}.value", value, "a finite number") from None
         if not math.isfinite(number):
             raise ConfigError(f"{where}.value", value, "a finite number")
         return cls(metric_name(metric, f"{where}.metric"), "<=" if op == "<=" else ">=", number)
@@ -170,6 +170,10 @@ class Problem:
     def __post_init__(self) -> None:
         if not self.objectives:
             raise ConfigError("objectives", [], "at least one objective")
+        metrics = [o.metric for o in self.objectives]
+        for i, metric in enumerate(metrics):
+            if metric in metrics[:i]:
+                raise ConfigError(f"objectives[{i}].metric", metric, "distinct metrics")
         top = {f.name for f in fields(DeploymentConfig)}
         for name in self.space.names:
             if name == LEVEL_KNOB:

@@ -7,16 +7,33 @@ the workload once. Half as many tasks again as there are CPUs are kept in flight
 never idles while the driver records a result and submits the next. Ray re-runs a task whose worker
 process dies (``max_retries``); if it still cannot finish, the trial is recorded as infeasible
 with the reason and the study goes on.
+
+Bounds: a task running longer than the trial time limit is cancelled (``ray.cancel(force=True)``
+kills its worker; Ray does not retry it) and recorded as infeasible with the reason; with a
+memory limit each task caps its worker's address space for the evaluation
+(:func:`search.evaluator.memory_cap`), so a runaway allocation fails that trial instead of
+exhausting the node. A cluster that cannot be reached is a one-line ``ConfigError``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from search.evaluator import EvalContext, TrialResult, evaluate_one, prepare
+from dynosim.errors import ConfigError
+from search.evaluator import (
+    EvalContext,
+    TrialResult,
+    evaluate_one,
+    failed_result,
+    memory_cap,
+    timeout_reason,
+    within_memory,
+)
 from search.space import Params
 
 if TYPE_CHECKING:
@@ -27,7 +44,13 @@ _WORKLOAD: dict[str, Sequence[Request]] = {}
 """The workload of the study this worker process last served, unpickled once per process."""
 
 
-def _run(ctx: EvalContext, params: Params, boxed_requests: list[Any]) -> TrialResult:
+CONNECT_TIMEOUT_S = 3.0
+"""How long to wait for a cluster's head to accept a connection before giving up."""
+
+
+def _run(
+    ctx: EvalContext, params: Params, boxed_requests: list[Any], memory_limit_mb: int | None
+) -> TrialResult:
     requests = _WORKLOAD.get(ctx.workload_id)
     if requests is None:
         import ray
@@ -35,7 +58,15 @@ def _run(ctx: EvalContext, params: Params, boxed_requests: list[Any]) -> TrialRe
         requests = ray.get(boxed_requests[0])
         _WORKLOAD.clear()
         _WORKLOAD[ctx.workload_id] = requests
-    return evaluate_one(ctx, params, requests)
+    if memory_limit_mb is None:
+        return evaluate_one(ctx, params, requests)
+    try:
+        with memory_cap(memory_limit_mb):
+            result = evaluate_one(ctx, params, requests)
+    except MemoryError as exc:  # outside evaluate_one's own handler
+        why = f"exceeded the memory limit of {memory_limit_mb} MiB (MemoryError: {exc})"
+        return failed_result(ctx, params, why, 0.0)
+    return within_memory(result, ctx, memory_limit_mb)
 
 
 class RayEvaluator:
@@ -47,6 +78,14 @@ class RayEvaluator:
         address: ``None`` starts a local runtime; ``"auto"`` or ``"HOST:PORT"`` joins a cluster.
         num_cpus: CPUs of a local runtime (default: all); ignored when joining a cluster.
         max_retries: Times Ray re-runs a task whose worker died.
+        trial_timeout_s: Wall time one task may run (``None``: no limit), counted from when
+            it could start: Ray runs a driver's tasks about in submission order, so the
+            oldest tasks, one per CPU, are taken to be the running ones.
+        memory_limit_mb: Memory one evaluation may allocate in its worker (``None``: no
+            limit).
+
+    Raises:
+        ConfigError: ``address`` names no reachable Ray cluster.
     """
 
     def __init__(
@@ -57,6 +96,8 @@ class RayEvaluator:
         address: str | None = None,
         num_cpus: int | None = None,
         max_retries: int = 3,
+        trial_timeout_s: float | None = None,
+        memory_limit_mb: int | None = None,
     ) -> None:
         import ray
 
@@ -76,14 +117,19 @@ class RayEvaluator:
                 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
                 kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": _pythonpath(root)}}
                 _quiet_token_auth_notice()
+                ray.init(**kwargs)
             else:
                 kwargs["address"] = address
-            ray.init(**kwargs)
+                _connect(ray, address, kwargs)
         self._ctx_ref: Any = ray.put(ctx)
         self._requests_ref: Any = ray.put(tuple(requests))
         self._task = ray.remote(num_cpus=1, max_retries=max_retries)(_run)
         self._refs: dict[Any, tuple[int, Params]] = {}
+        self._timeout_s = trial_timeout_s
+        self._memory_mb = memory_limit_mb
+        self._started: dict[Any, float] = {}  # tasks taken to be running -> since when
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))  # type: ignore[no-untyped-call,unused-ignore]
+        self._cpus = cpus
         self._capacity = cpus + max(1, cpus // 2)
 
     @property
@@ -100,7 +146,7 @@ class RayEvaluator:
         """Start a task for ``params``."""
         # The workload ref travels boxed in a list so Ray does not unpickle it for every task;
         # each worker process fetches it once (see _run).
-        ref = self._task.remote(self._ctx_ref, params, [self._requests_ref])
+        ref = self._task.remote(self._ctx_ref, params, [self._requests_ref], self._memory_mb)
         self._refs[ref] = (tag, params)
 
     def wait(self) -> list[tuple[int, TrialResult]]:
@@ -108,44 +154,105 @@ class RayEvaluator:
         if not self._refs:
             return []
         ray = self._ray
+        out = self._cancel_overdue()
+        if out:
+            return out
         refs = list(self._refs)
-        ready, rest = ray.wait(refs, num_returns=1)
+        ready, rest = ray.wait(refs, num_returns=1, timeout=self._until_overdue())
+        while not ready:  # only with a time limit: some task may be overdue now
+            out = self._cancel_overdue()
+            if out:
+                return out
+            ready, rest = ray.wait(refs, num_returns=1, timeout=self._until_overdue())
         if rest:
             more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
             ready += more
-        out: list[tuple[int, TrialResult]] = []
         for ref in ready:
             tag, params = self._refs.pop(ref)
+            self._started.pop(ref, None)
             try:
                 out.append((tag, ray.get(ref)))
             except ray.exceptions.RayError as exc:
                 out.append((tag, self._lost(params, exc)))
         return out
 
+    def _until_overdue(self) -> float | None:
+        """Seconds until the next running task reaches the time limit (``None``: no limit)."""
+        if self._timeout_s is None:
+            return None
+        self._start_clocks()
+        first = min(self._started.values(), default=time.monotonic())
+        return max(0.01, first + self._timeout_s - time.monotonic())
+
+    def _start_clocks(self) -> None:
+        """Start the clock of the oldest tasks, up to one per CPU, that have none yet."""
+        now = time.monotonic()
+        for ref in self._refs:  # submission order
+            if len(self._started) >= self._cpus:
+                return
+            self._started.setdefault(ref, now)
+
+    def _cancel_overdue(self) -> list[tuple[int, TrialResult]]:
+        """Cancel (kill) every task past the time limit; their results say so."""
+        if self._timeout_s is None:
+            return []
+        self._start_clocks()
+        now = time.monotonic()
+        out: list[tuple[int, TrialResult]] = []
+        for ref, since in list(self._started.items()):
+            if now - since < self._timeout_s:
+                continue
+            self._ray.cancel(ref, force=True)
+            del self._started[ref]
+            tag, params = self._refs.pop(ref)
+            why = timeout_reason(self._timeout_s)
+            out.append((tag, failed_result(self._ctx, params, why, now - since)))
+        return out
+
     def _lost(self, params: Params, exc: Exception) -> TrialResult:
-        _, data, digest, reason = prepare(self._ctx, params)
-        why = reason or f"evaluation lost after retries: {type(exc).__name__}"
-        score = self._ctx.problem.penalty(why)
-        return TrialResult(
-            params=dict(params),
-            config=data,
-            config_hash=digest,
-            metrics={},
-            values=score.values,
-            constraints=score.constraints,
-            feasible=False,
-            reason=score.reason,
-            seed=self._ctx.seed,
-            wall_s=0.0,
-        )
+        why = f"evaluation lost after retries: {type(exc).__name__}"
+        if self._memory_mb is not None:
+            why += f" (memory limit {self._memory_mb} MiB)"
+        return failed_result(self._ctx, params, why, 0.0)
 
     def close(self) -> None:
         """Cancel in-flight tasks; shut Ray down if this evaluator started it."""
         for ref in self._refs:
             self._ray.cancel(ref, force=True)
         self._refs.clear()
+        self._started.clear()
         if self._owns and self._ray.is_initialized():
             self._ray.shutdown()
+
+
+def _connect(ray: Any, address: str, kwargs: dict[str, Any]) -> None:
+    """Join the cluster at ``address``, or fail fast with one line saying what to do.
+
+    Raises:
+        ConfigError: Nothing answers at ``address``, it is not a Ray cluster, or (``auto``)
+            no cluster runs on this machine.
+    """
+    local = "start one with `ray start --head`, or drop --ray-address (executor.address) "
+    local += "to run on a local Ray runtime (`--ray-address local` on resume)"
+    if address != "auto":
+        host, _, port = address.removeprefix("ray://").rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), CONNECT_TIMEOUT_S):
+                pass
+        except (OSError, ValueError) as exc:
+            why = f"a reachable Ray head node (connecting failed: {exc}); {local}"
+            raise ConfigError("executor.address", address, why) from None
+    try:
+        ray.init(**kwargs)
+    except (ConnectionError, TimeoutError, ValueError, ray.exceptions.RayError) as exc:
+        if ray.is_initialized():
+            ray.shutdown()
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        if address == "auto":
+            why = f"a running Ray cluster (none found on this machine); {local}"
+        else:
+            why = f"a Ray cluster ({type(exc).__name__}: {first}); {local}"
+        raise ConfigError("executor.address", address, why) from None
 
 
 def _quiet_token_auth_notice() -> None:

@@ -32,7 +32,7 @@ import numpy as np
 import yaml
 
 from dynosim.errors import ConfigError
-from dynosim.files import read_text
+from dynosim.files import parse_yaml, read_text
 
 Value = str | int | float | bool
 Params = dict[str, Value]
@@ -43,10 +43,19 @@ def _where(source: str, name: str) -> str:
     return f"{source}: knobs.{name}" if source else f"knobs.{name}"
 
 
+MAX_KNOB_VALUE = 1e15
+"""Largest magnitude of a numeric knob's bounds (every deployment field is far below it)."""
+MAX_KNOB_STEPS = 10**9
+"""Most grid steps a numeric knob may span."""
+
+
 def _number(where: str, key: str, value: object, *, integer: bool) -> float:
     ok = isinstance(value, int) if integer else isinstance(value, int | float)
+    kind = "an integer" if integer else "a finite number"
     if isinstance(value, bool) or not ok:
-        raise ConfigError(f"{where}.{key}", value, "an integer" if integer else "a number")
+        raise ConfigError(f"{where}.{key}", value, f"{kind} in [-1e15, 1e15]")
+    if not -MAX_KNOB_VALUE <= value <= MAX_KNOB_VALUE:  # type: ignore[operator]  # NaN fails
+        raise ConfigError(f"{where}.{key}", value, f"{kind} in [-1e15, 1e15]")
     return value  # type: ignore[return-value]
 
 
@@ -116,6 +125,18 @@ class Knob:
             raise ConfigError(f"knobs.{self.name}", "continuous", "a step or a grid list")
         n = math.floor((self.high - self.low) / self.step + 1e-9)
         return tuple(round(self.low + i * self.step, 12) for i in range(n + 1))
+
+    def grid_count(self) -> int | None:
+        """How many values :meth:`grid_values` has, without making them (None: continuous)."""
+        if self.grid is not None:
+            return len(self.grid)
+        if self.kind == "choice":
+            return len(self.values)
+        if self.kind == "int":
+            return len(range(int(self.low), int(self.high) + 1, int(self.step or 1)))
+        if self.step is None:
+            return None
+        return math.floor((self.high - self.low) / self.step + 1e-9) + 1
 
     def sample(self, rng: np.random.Generator) -> Value:
         """One value drawn uniformly (log-uniformly for ``log`` knobs)."""
@@ -217,6 +238,16 @@ class Space:
         """Number of grid points (enumerates; spaces are small enough)."""
         return sum(1 for _ in self.grid())
 
+    def grid_bound(self) -> int | None:
+        """An upper bound of :meth:`grid_size`, computed without enumerating (None: no grid)."""
+        total = 1
+        for k in self.knobs:
+            count = k.grid_count()
+            if count is None:
+                return None
+            total *= count
+        return total
+
     @classmethod
     def from_dict(cls, data: object, source: str = "") -> Space:
         """Parse the YAML form (see the module docstring).
@@ -236,7 +267,10 @@ class Space:
             raise ConfigError(f"{where}knobs", raw, "a non-empty mapping of knob name to domain")
         knobs: list[Knob] = []
         for name, spec in raw.items():
-            knobs.append(_parse_knob(str(name), spec, [k.name for k in knobs], source))
+            if not isinstance(name, str) or not name:
+                raise ConfigError(_where(source, str(name)), name, "a deployment field path")
+            knobs.append(_parse_knob(name, spec, knobs, source))
+        _check_live(knobs, source)
         return cls(tuple(knobs), str(data.get("description", "")))
 
     @classmethod
@@ -244,9 +278,9 @@ class Space:
         """Read and validate a space file."""
         p = Path(path)
         try:
-            data = yaml.safe_load(read_text(p, unreadable("space")))
+            data = parse_yaml(read_text(p, unreadable("space")))
         except yaml.YAMLError as exc:
-            raise ConfigError(str(p), "YAML", f"valid YAML ({yaml_error(exc)})") from exc
+            raise ConfigError(str(p), "YAML", f"valid YAML ({yaml_error(exc)})") from None
         return cls.from_dict(data, str(p))
 
 
@@ -271,12 +305,12 @@ _KEYS = {
 }
 
 
-def _parse_knob(name: str, spec: object, earlier: Sequence[str], source: str) -> Knob:
+def _parse_knob(name: str, spec: object, earlier: Sequence[Knob], source: str) -> Knob:
     where = _where(source, name)
     if not isinstance(spec, Mapping):
         raise ConfigError(where, spec, "a mapping with 'type'")
     kind = spec.get("type")
-    if kind not in _KEYS:
+    if not isinstance(kind, str) or kind not in _KEYS:
         raise ConfigError(f"{where}.type", kind, "choice | int | float")
     unknown = set(spec) - _KEYS[kind]
     if unknown:
@@ -291,8 +325,10 @@ def _parse_knob(name: str, spec: object, earlier: Sequence[str], source: str) ->
         if not isinstance(values, list) or not values:
             raise ConfigError(f"{where}.values", values, "a non-empty list")
         for v in values:
-            if not isinstance(v, str | int | float | bool):
-                raise ConfigError(f"{where}.values", v, "strings, numbers or booleans")
+            if not isinstance(v, str | int | float | bool) or (
+                isinstance(v, float) and not math.isfinite(v)
+            ):
+                raise ConfigError(f"{where}.values", v, "strings, finite numbers or booleans")
         if len({(type(v), v) for v in values}) != len(values):
             raise ConfigError(f"{where}.values", values, "distinct values")
         knob = Knob(name=name, kind="choice", values=tuple(values), when=when)
@@ -320,6 +356,9 @@ def _numeric(name: str, kind: str, spec: Mapping[str, Any], where: str, when: An
     log = spec.get("log", False)
     if not isinstance(log, bool):
         raise ConfigError(f"{where}.log", log, "true | false")
+    if (step is not None or (integer and not log)) and (high - low) / (step or 1) > MAX_KNOB_STEPS:
+        why = f"at most {MAX_KNOB_STEPS:,} steps of {step or 1} from low ({low}) to high"
+        raise ConfigError(f"{where}.high", high, why)
     if log and low <= 0:
         raise ConfigError(f"{where}.low", low, "a positive number (log scale)")
     if log and step is not None and not (integer and step == 1):
@@ -329,16 +368,79 @@ def _numeric(name: str, kind: str, spec: Mapping[str, Any], where: str, when: An
     return Knob(name=name, kind=kind, low=low, high=high, step=step, log=log, when=when)
 
 
-def _parse_when(where: str, raw: object, earlier: Sequence[str]) -> Any:
+def _parse_when(where: str, raw: object, earlier: Sequence[Knob]) -> Any:
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where}.when", raw, "a mapping {knob: value or [values]}")
+    by_name = {k.name: k for k in earlier}
     out = []
     for key, allowed in raw.items():
-        if key not in earlier:
+        other = by_name.get(key) if isinstance(key, str) else None
+        if other is None:
             raise ConfigError(f"{where}.when.{key}", allowed, "an earlier knob")
         vals = tuple(allowed) if isinstance(allowed, list) else (allowed,)
-        out.append((str(key), vals))
+        if not vals:
+            raise ConfigError(f"{where}.when.{key}", allowed, "a value or a non-empty list")
+        for v in vals:
+            if not other.contains(v):  # a typo, or a knob that can never be active
+                raise ConfigError(f"{where}.when.{key}", v, f"a value of {key}: {_domain(other)}")
+        out.append((key, vals))
     return tuple(out)
+
+
+_OTHER = object()
+"""Stands for "any value no condition names" in :func:`_check_live`."""
+_LIVE_SEARCH_LIMIT = 100_000
+
+
+def _check_live(knobs: Sequence[Knob], source: str) -> None:
+    """Refuse a knob whose conditions can never hold together (a dead knob).
+
+    Walks the assignments of the knobs that conditions name, one representative per value a
+    condition names plus one for every other value; gives up quietly on huge spaces.
+    """
+    named: dict[str, list[Value]] = {}
+    for k in knobs:
+        for key, allowed in k.when:
+            values = named.setdefault(key, [])
+            values.extend(v for v in allowed if not any(_same(v, w) for w in values))
+    live: set[str] = set()
+    budget = [_LIVE_SEARCH_LIMIT]
+
+    def walk(i: int, params: dict[str, object]) -> None:
+        if budget[0] <= 0 or len(live) == len(knobs):
+            return
+        budget[0] -= 1
+        if i == len(knobs):
+            return
+        k = knobs[i]
+        if not k.active(params):  # type: ignore[arg-type]
+            walk(i + 1, params)
+            return
+        live.add(k.name)
+        if k.name not in named:
+            walk(i + 1, params)
+            return
+        for v in _representatives(k, named[k.name]):
+            params[k.name] = v
+            walk(i + 1, params)
+        del params[k.name]
+
+    walk(0, {})
+    if budget[0] <= 0:
+        return
+    for k in knobs:
+        if k.name not in live:
+            conditions = {key: list(v) for key, v in k.when}
+            why = "conditions that can hold together (as written, this knob is never active)"
+            raise ConfigError(f"{_where(source, k.name)}.when", conditions, why)
+
+
+def _representatives(k: Knob, named: Sequence[Value]) -> list[object]:
+    """The named values in ``k``'s domain, plus :data:`_OTHER` if it has further values."""
+    inside = [v for v in named if k.contains(v)]
+    count = dataclasses.replace(k, grid=None).grid_count()  # the whole domain's size
+    more = count is None or count > len(inside)
+    return [*inside, _OTHER] if more else list(inside)
 
 
 def _plain(value: Any) -> Value:

@@ -13,22 +13,39 @@ Trial layout (read by the report):
 * ``user_attrs``: ``metrics``, ``config``, ``config_hash``, ``seed``, ``infeasible_reason``,
   ``feasible``, ``wall_s``.
 
-Only the driver calls the writers here.
+Only the driver calls the writers here, through :class:`StudyRecord`, which retries SQLite's
+"database is locked" with backoff and turns a storage that went away (a PostgreSQL server
+stopped mid-study) into one :class:`StorageUnavailableError` line. A journal file whose last
+line a crash left torn is repaired when it is opened (:func:`repair_journal`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from dynosim.errors import ConfigError
+from dynosim.errors import ConfigError, DynosimError
 from search.evaluator import TrialResult
+from search.journal import repair_journal
 from search.optimizers.optuna_sampler import distributions
 from search.space import Params, Space
 
 if TYPE_CHECKING:
     import optuna
+
+T = TypeVar("T")
+
+SQLITE_TIMEOUT_S = 30.0
+"""SQLite busy timeout: how long one statement waits for another connection's lock."""
+LOCKED_RETRY_S = 120.0
+"""How long a write that still found the database locked is retried (with backoff)."""
+
+
+class StorageUnavailableError(DynosimError):
+    """The storage stopped answering mid-study (e.g. the database server went away)."""
 
 
 def open_storage(url: str, *, create: bool = True) -> optuna.storages.BaseStorage:
@@ -50,15 +67,12 @@ def open_storage(url: str, *, create: bool = True) -> optuna.storages.BaseStorag
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         if "://" in url:
-            if url.startswith("sqlite:///"):
-                Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-            return optuna.storages.RDBStorage(url)
+            return _open_rdb(url)
         path = Path(url.removeprefix("journal:")).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)
-        from optuna.storages.journal import JournalFileBackend
-
-        backend = JournalFileBackend(str(path))
-        return optuna.storages.JournalStorage(backend)
+        return _open_journal(path)
+    except DynosimError:
+        raise
     except ImportError as exc:
         hint = "install the database driver named in the URL"
         if url.startswith("postgresql://"):
@@ -68,6 +82,66 @@ def open_storage(url: str, *, create: bool = True) -> optuna.storages.BaseStorag
         raise ConfigError("storage", url, f"a journal file or SQLAlchemy URL ({exc})") from exc
     except Exception as exc:  # SQLAlchemy errors have no common base we can import cheaply
         raise ConfigError("storage", url, f"a reachable storage ({type(exc).__name__})") from exc
+
+
+def _open_rdb(url: str) -> optuna.storages.RDBStorage:
+    import optuna
+
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        kwargs: dict[str, Any] = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}}
+    else:  # a server: check a pooled connection before use (it may have restarted)
+        kwargs = {"pool_pre_ping": True}
+    return _retry_locked(lambda: optuna.storages.RDBStorage(url, engine_kwargs=kwargs))
+
+
+def _open_journal(path: Path) -> optuna.storages.JournalStorage:
+    import optuna
+    from optuna.storages.journal import JournalFileBackend
+
+    repair_journal(path, full=False)
+    try:
+        return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+    except ValueError:  # a bad line inside the file (a torn line that was written after)
+        if not repair_journal(path, full=True):
+            raise
+    return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+
+
+# -- retries and outages -------------------------------------------------------------------
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in out:
+        out.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return out
+
+
+def _is_locked(exc: BaseException) -> bool:
+    return any("database is locked" in str(e) for e in _chain(exc))
+
+
+def _is_outage(exc: BaseException) -> bool:
+    """A lost or refused database connection (SQLAlchemy OperationalError / InterfaceError)."""
+    names = {type(e).__name__ for e in _chain(exc)}
+    return bool(names & {"OperationalError", "InterfaceError", "DisconnectionError"})
+
+
+def _retry_locked(fn: Callable[[], T], *, limit_s: float | None = None) -> T:
+    """Call ``fn``; while SQLite says "database is locked", retry with backoff."""
+    deadline = time.monotonic() + (LOCKED_RETRY_S if limit_s is None else limit_s)
+    pause = 0.05
+    while True:
+        try:
+            return fn()
+        except Exception as exc:
+            if not _is_locked(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 2.0)
 
 
 def _has_optuna_schema(path: Path) -> bool:
@@ -89,50 +163,99 @@ def study_names(storage: optuna.storages.BaseStorage) -> list[str]:
 class StudyRecord:
     """Writes one study's trials and attributes (the driver's only way to the storage).
 
+    Every call retries SQLite's "database is locked" and raises
+    :class:`StorageUnavailableError` (one line) when the storage stopped answering. Writes of
+    trials and user attributes first call ``guard`` (the driver's lease check), if set.
+
     Args:
         storage: An opened storage.
         name: The study name; the study must exist (see :meth:`create`).
+        url: The storage URL, for messages.
     """
 
-    def __init__(self, storage: optuna.storages.BaseStorage, name: str) -> None:
+    def __init__(self, storage: optuna.storages.BaseStorage, name: str, *, url: str = "") -> None:
         self.storage = storage
         self.name = name
-        self.study_id = int(storage.get_study_id_from_name(name))
+        self.url = url
+        self.guard: Callable[[], None] | None = None
+        self.study_id = int(self.call(storage.get_study_id_from_name, name))
 
     @classmethod
     def create(
-        cls, storage: optuna.storages.BaseStorage, name: str, directions: Sequence[str]
+        cls,
+        storage: optuna.storages.BaseStorage,
+        name: str,
+        directions: Sequence[str],
+        *,
+        url: str = "",
     ) -> StudyRecord:
         """Create a new study.
 
         Raises:
             ConfigError: A study of that name already exists.
+            StudyLockedError: ... and another driver is running it.
         """
         import optuna
 
         if name in study_names(storage):
+            from search.lease import refuse_if_held
+
+            refuse_if_held(cls(storage, name, url=url))
             raise ConfigError("name", name, "a new study name (use `dynosim resume` to continue)")
         dirs = [optuna.study.StudyDirection[d.upper()] for d in directions]
-        storage.create_new_study(dirs, name)
-        return cls(storage, name)
+        _retry_locked(lambda: storage.create_new_study(dirs, name))
+        return cls(storage, name, url=url)
+
+    def call(self, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
+        """``fn(*args)`` on the storage, retried while locked; ``write`` checks the guard first.
+
+        Raises:
+            StorageUnavailableError: The storage stopped answering.
+        """
+        if write and self.guard is not None:
+            self.guard()
+        try:
+            return _retry_locked(lambda: fn(*args))
+        except DynosimError:
+            raise
+        except Exception as exc:
+            if not _is_outage(exc) and not _is_locked(exc):
+                raise
+            where = self.url or "the storage"
+            root = _chain(exc)[-1]
+            why = " ".join(str(root).split())[:160] or type(root).__name__
+            raise StorageUnavailableError(
+                f"storage {where} stopped answering ({type(root).__name__}: {why}); every "
+                f"completed trial is stored: run `dynosim resume {self.name} --storage "
+                f"{self.url or 'URL'}` when it is back"
+            ) from None
 
     @property
     def directions(self) -> list[str]:
         """Stored objective directions, lower-case."""
-        return [d.name.lower() for d in self.storage.get_study_directions(self.study_id)]
+        dirs = self.call(self.storage.get_study_directions, self.study_id)
+        return [d.name.lower() for d in dirs]
 
     @property
     def user_attrs(self) -> dict[str, Any]:
         """The study's user attributes."""
-        return dict(self.storage.get_study_user_attrs(self.study_id))
+        return dict(self.call(self.storage.get_study_user_attrs, self.study_id))
 
     def set_attr(self, key: str, value: Any) -> None:
         """Set one study user attribute."""
-        self.storage.set_study_user_attr(self.study_id, key, value)
+        self.call(self.storage.set_study_user_attr, self.study_id, key, value, write=True)
+
+    def system_attr(self, key: str) -> Any:
+        """One study system attribute (``None`` if unset)."""
+        return self.call(self.storage.get_study_system_attrs, self.study_id).get(key)
+
+    def set_system_attr(self, key: str, value: Any) -> None:
+        """Set one study system attribute (not guarded: the lease itself lives here)."""
+        self.call(self.storage.set_study_system_attr, self.study_id, key, value)
 
     def trials(self) -> list[optuna.trial.FrozenTrial]:
         """Every trial, in number order."""
-        return list(self.storage.get_all_trials(self.study_id, deepcopy=False))
+        return list(self.call(lambda: self.storage.get_all_trials(self.study_id, deepcopy=False)))
 
     def start(self, space: Space, params: Params, seed: int) -> int:
         """Create a RUNNING trial for ``params``; returns its trial id."""
@@ -144,7 +267,8 @@ class StudyRecord:
             distributions=distributions(space, params),
             user_attrs={"seed": seed},
         )
-        return int(self.storage.create_new_trial(self.study_id, template_trial=template))
+        new = self.storage.create_new_trial
+        return int(self.call(lambda: new(self.study_id, template_trial=template), write=True))
 
     def finish(self, trial_id: int, r: TrialResult) -> None:
         """Record a result on a RUNNING trial and mark it COMPLETE."""
@@ -159,18 +283,20 @@ class StudyRecord:
             "feasible": r.feasible,
             "wall_s": r.wall_s,
         }
+        st = self.storage
         for key, value in attrs.items():
-            self.storage.set_trial_user_attr(trial_id, key, value)
-        self.storage.set_trial_system_attr(trial_id, "constraints", list(r.constraints))
+            self.call(st.set_trial_user_attr, trial_id, key, value, write=True)
+        self.call(st.set_trial_system_attr, trial_id, "constraints", list(r.constraints))
         complete = optuna.trial.TrialState.COMPLETE
-        self.storage.set_trial_state_values(trial_id, complete, list(r.values))
+        self.call(st.set_trial_state_values, trial_id, complete, list(r.values), write=True)
 
     def fail(self, trial_id: int, why: str) -> None:
         """Mark a trial FAIL (its evaluation was lost), recording why."""
         import optuna
 
-        self.storage.set_trial_system_attr(trial_id, "fail_reason", why)
-        self.storage.set_trial_state_values(trial_id, optuna.trial.TrialState.FAIL)
+        st = self.storage
+        self.call(st.set_trial_system_attr, trial_id, "fail_reason", why, write=True)
+        self.call(st.set_trial_state_values, trial_id, optuna.trial.TrialState.FAIL, write=True)
 
 
 def stored_result(trial: optuna.trial.FrozenTrial) -> TrialResult:
@@ -190,29 +316,41 @@ def stored_result(trial: optuna.trial.FrozenTrial) -> TrialResult:
     )
 
 
-def study_rows(storage: optuna.storages.BaseStorage) -> list[dict[str, Any]]:
-    """One row per study: name, trial counts by state, feasible count, status, directions."""
+@dataclass(frozen=True, slots=True)
+class TrialCounts:
+    """Trials of a study by state: the one definition ``tune``, ``studies`` and ``report`` show.
+
+    ``total`` is every stored trial; ``complete`` the evaluated ones (a config that cannot run
+    is a COMPLETE infeasible trial), which the trial budget counts; ``failed`` evaluations lost
+    to a crash (re-run on resume); ``running`` trials being evaluated, or left by a crash;
+    ``feasible`` complete trials that meet every constraint (``search.report.is_feasible``).
+    """
+
+    total: int
+    complete: int
+    running: int
+    failed: int
+    feasible: int
+
+    def summary(self) -> str:
+        """``"34 trials (32 complete, 1 running, 1 failed), 30 feasible"``."""
+        return (
+            f"{self.total} trials ({self.complete} complete, {self.running} running, "
+            f"{self.failed} failed), {self.feasible} feasible"
+        )
+
+
+def trial_counts(trials: Sequence[optuna.trial.FrozenTrial]) -> TrialCounts:
+    """Count ``trials`` by state (see :class:`TrialCounts`)."""
     import optuna
 
-    rows = []
-    for s in storage.get_all_studies():
-        trials = storage.get_all_trials(s._study_id, deepcopy=False)
-        complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
-        rows.append(
-            {
-                "name": s.study_name,
-                "trials": len(trials),
-                "complete": len(complete),
-                "feasible": sum(bool(t.user_attrs.get("feasible")) for t in complete),
-                "running": sum(t.state == optuna.trial.TrialState.RUNNING for t in trials),
-                "failed": sum(t.state == optuna.trial.TrialState.FAIL for t in trials),
-                "status": s.user_attrs.get("status", "-"),
-                "hypervolume": _last_hv(s.user_attrs.get("hv_history", [])),
-                "directions": [d.name.lower() for d in s.directions],
-            }
-        )
-    return rows
+    from search.report import is_feasible
 
-
-def _last_hv(history: Sequence[Sequence[float]]) -> float | None:
-    return float(history[-1][1]) if history else None
+    ts = optuna.trial.TrialState
+    return TrialCounts(
+        total=len(trials),
+        complete=sum(t.state == ts.COMPLETE for t in trials),
+        running=sum(t.state == ts.RUNNING for t in trials),
+        failed=sum(t.state == ts.FAIL for t in trials),
+        feasible=sum(is_feasible(t) for t in trials),
+    )

@@ -49,8 +49,18 @@ import numpy.typing as npt
 import yaml
 
 from dynosim.errors import ConfigError, WorkloadError
-from dynosim.files import read_text, yaml_syntax_error
+from dynosim.files import parse_yaml, read_text, yaml_syntax_error
 from dynosim.types import HASH_BLOCK_TOKENS, Request
+from dynosim.workload.limits import (
+    MAX_BLOCK_IDS,
+    MAX_REQUESTS,
+    MAX_TIME_S,
+    MAX_TOKENS,
+    MEMORY_WHY,
+    REQUESTS_WHY,
+    TIME_WHY,
+    finite_number,
+)
 from dynosim.workload.traces import Workload, load_trace, load_trace_workload
 
 __all__ = [
@@ -81,18 +91,31 @@ _LENGTH_KEYS: dict[str, tuple[str, ...]] = {
     "lognormal": ("mean", "sigma", "max"),
     "empirical": ("trace", "field"),
 }
-_REQUIRED = {"concurrency", "rate_rps", "cv", "value", "low", "high", "mean", "sigma", "trace"}
+_REQUIRED = {
+    "concurrency", "rate_rps", "cv", "value", "low", "high", "mean", "sigma", "trace",
+    "groups", "tokens", "turns",
+}  # fmt: skip
 
 
-def _int(name: str, value: object, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(name, value, f"an integer >= {low}")
+MAX_SIGMA = 10.0
+"""Largest lognormal ``sigma`` (e^(10^2/2) already spans more than any token range)."""
+MAX_CV = 1000.0
+"""Largest (and 1 / smallest) inter-arrival coefficient of variation of a gamma process."""
+MAX_PREFIX_GROUPS = 1_000_000
 
 
-def _num(name: str, value: object, low: float, *, strict: bool) -> None:
-    ok = not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
-    if not ok or (value <= low if strict else value < low):  # type: ignore[operator]
-        raise ConfigError(name, value, f"a finite number {'>' if strict else '>='} {low}")
+def _int(name: str, value: object, low: int, high: int | None = None, why: str = "") -> None:
+    bad = isinstance(value, bool) or not isinstance(value, int) or value < low
+    if bad or (high is not None and value > high):  # type: ignore[operator]
+        allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high:,}]"
+        raise ConfigError(name, value, f"{allowed}{f' ({why})' if why else ''}")
+
+
+def _num(name: str, value: object, low: float, *, strict: bool, high: float | None = None) -> None:
+    ok = finite_number(value) and (value > low if strict else value >= low)  # type: ignore[operator]
+    if not ok or (high is not None and not value < high):  # type: ignore[operator]
+        allowed = f"a finite number {'>' if strict else '>='} {low}"
+        raise ConfigError(name, value, allowed if high is None else f"{allowed} and < {high:g}")
 
 
 def _keys(name: str, d: object, allowed: tuple[str, ...]) -> Mapping[str, Any]:
@@ -130,9 +153,11 @@ class ArrivalSpec:
         if self.process not in get_args(Process):
             raise ConfigError("process", self.process, " | ".join(get_args(Process)))
         _num("rate_rps", self.rate_rps, 0.0, strict=True)
-        _num("cv", self.cv, 0.0, strict=True)
-        _int("concurrency", self.concurrency, 1)
-        _num("ramp_up_s", self.ramp_up_s, 0.0, strict=False)
+        if not (finite_number(self.cv) and 1 / MAX_CV <= self.cv <= MAX_CV):
+            raise ConfigError("cv", self.cv, f"a number in [{1 / MAX_CV:g}, {MAX_CV:g}]")
+        _int("concurrency", self.concurrency, 1, MAX_REQUESTS, MEMORY_WHY)
+        if not (finite_number(self.ramp_up_s) and 0 <= self.ramp_up_s < MAX_TIME_S):
+            raise ConfigError("ramp_up_s", self.ramp_up_s, TIME_WHY)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -152,14 +177,16 @@ class LengthSpec:
     def __post_init__(self) -> None:
         if self.dist not in get_args(Dist):
             raise ConfigError("dist", self.dist, " | ".join(get_args(Dist)))
-        _int("value", self.value, 1)
-        _int("low", self.low, 1)
-        _int("high", self.high, self.low)
-        _num("mean", self.mean, 1.0, strict=False)
-        _num("sigma", self.sigma, 0.0, strict=False)
+        _int("value", self.value, 1, MAX_TOKENS)
+        _int("low", self.low, 1, MAX_TOKENS)
+        _int("high", self.high, self.low if isinstance(self.low, int) else 1, MAX_TOKENS)
+        _num("mean", self.mean, 1.0, strict=False, high=MAX_TOKENS + 1)
+        if not (finite_number(self.sigma) and 0 <= self.sigma <= MAX_SIGMA):
+            raise ConfigError("sigma", self.sigma, f"a number in [0, {MAX_SIGMA:g}]")
         if self.max is not None:
-            _int("max", self.max, 1)
-        if self.dist == "empirical" and not (isinstance(self.trace, str) and self.trace):
+            _int("max", self.max, 1, MAX_TOKENS)
+        path_ok = isinstance(self.trace, str) and self.trace and "\x00" not in self.trace
+        if self.dist == "empirical" and not path_ok:
             raise ConfigError("trace", self.trace, "a trace file path")
         if self.field not in ("input", "output"):
             raise ConfigError("field", self.field, "input | output")
@@ -174,10 +201,17 @@ class PrefixSpec:
     zipf_s: float | None = None
 
     def __post_init__(self) -> None:
-        _int("groups", self.groups, 1)
-        _int("tokens", self.tokens, 1)
+        _int("groups", self.groups, 1, MAX_PREFIX_GROUPS)
+        _int("tokens", self.tokens, 1, MAX_TOKENS)
+        if self.groups * (self.tokens // HASH_BLOCK_TOKENS) > MAX_BLOCK_IDS:
+            raise ConfigError(
+                "tokens",
+                self.tokens,
+                f"at most {MAX_BLOCK_IDS:,} prefix blocks in all "
+                f"({self.groups} groups x {self.tokens // HASH_BLOCK_TOKENS} blocks)",
+            )
         if self.zipf_s is not None:
-            _num("zipf_s", self.zipf_s, 0.0, strict=True)
+            _num("zipf_s", self.zipf_s, 0.0, strict=True, high=1e3)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -188,8 +222,36 @@ class SessionSpec:
     think_time_s: float = 0.0
 
     def __post_init__(self) -> None:
-        _int("turns", self.turns, 1)
-        _num("think_time_s", self.think_time_s, 0.0, strict=False)
+        _int("turns", self.turns, 1, MAX_REQUESTS, MEMORY_WHY)
+        if not (finite_number(self.think_time_s) and 0 <= self.think_time_s < MAX_TIME_S):
+            raise ConfigError("think_time_s", self.think_time_s, TIME_WHY)
+        if self.think_time_s * (self.turns - 1) >= MAX_TIME_S:
+            raise ConfigError(
+                "think_time_s",
+                self.think_time_s,
+                f"at most {MAX_TIME_S:g} s of think time in a session of {self.turns} turns",
+            )
+
+
+def _mean_tokens(spec: LengthSpec) -> float | None:
+    """The expected length (None for an empirical trace, known only once it is read)."""
+    if spec.dist == "fixed":
+        return float(spec.value)
+    if spec.dist == "uniform":
+        return (spec.low + spec.high) / 2
+    if spec.dist == "lognormal":
+        return min(spec.mean, float(spec.max or MAX_TOKENS))
+    return None
+
+
+def _expected_blocks(
+    spec: WorkloadSpec, n: int, turns: int, mean_in: float, mean_out: float
+) -> float:
+    """About how many prompt block ids ``generate`` makes (a session's prompts grow)."""
+    turns = min(turns, n)
+    prefix = spec.prefix.tokens if spec.prefix is not None else 0
+    tokens = n * (prefix + mean_in * (turns + 1) / 2 + mean_out * (turns - 1) / 2)
+    return tokens / HASH_BLOCK_TOKENS
 
 
 def _sub(cls: type[Any], name: str, d: Mapping[str, Any], **extra: Any) -> Any:
@@ -215,11 +277,35 @@ class WorkloadSpec:
     name: str = "synthetic"
 
     def __post_init__(self) -> None:
-        _int("requests", self.requests, 1)
-        _int("warmup_requests", self.warmup_requests, 0)
-        _int("seed", self.seed, 0)
+        _int("requests", self.requests, 1, MAX_REQUESTS, MEMORY_WHY)
+        _int("warmup_requests", self.warmup_requests, 0, MAX_REQUESTS, MEMORY_WHY)
+        _int("seed", self.seed, 0, 2**63 - 1)
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError("name", self.name, "a non-empty string")
+        n = self.requests + self.warmup_requests
+        if n > MAX_REQUESTS:
+            raise ConfigError("requests", self.requests, f"with warm-up, {REQUESTS_WHY}")
+        turns = self.sessions.turns if self.sessions is not None else 1
+        if self.arrival.process != "closed_loop":  # the expected time of the last unit
+            span_s = (-(-n // turns) - 1) / self.arrival.rate_rps
+            if span_s >= MAX_TIME_S:
+                raise ConfigError(
+                    "arrival.rate_rps",
+                    self.arrival.rate_rps,
+                    f"a rate whose {n:,} requests arrive within {MAX_TIME_S:g} s "
+                    f"(this one takes about {span_s:.3g} s)",
+                )
+        mean_in = _mean_tokens(self.input_tokens)
+        mean_out = _mean_tokens(self.output_tokens)
+        if mean_in is not None and mean_out is not None:
+            blocks = _expected_blocks(self, n, turns, mean_in, mean_out)
+            if blocks > MAX_BLOCK_IDS:
+                raise ConfigError(
+                    "requests",
+                    self.requests,
+                    f"a workload of at most {MAX_BLOCK_IDS:,} prompt blocks in all (this one "
+                    f"needs about {blocks:.3g}: fewer requests, turns or tokens)",
+                )
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], base_dir: str | Path | None = None) -> WorkloadSpec:
@@ -285,7 +371,8 @@ def _lengths(
     if spec.dist == "lognormal":
         mu = math.log(spec.mean) - spec.sigma**2 / 2  # so that E[X] = mean
         values = np.rint(rng.lognormal(mu, spec.sigma, size=n))
-        return np.clip(values, 1, spec.max if spec.max is not None else None).astype(np.int64)
+        high = min(spec.max, MAX_TOKENS) if spec.max is not None else MAX_TOKENS
+        return np.clip(values, 1, high).astype(np.int64)
     path = Path(spec.trace)
     if not path.is_absolute() and base_dir is not None:
         path = base_dir / path
@@ -359,6 +446,14 @@ def generate(
             weights = ranks**-spec.prefix.zipf_s / np.sum(ranks**-spec.prefix.zipf_s)
         group_of = prefix_rng.choice(groups, size=units, p=weights).tolist()
     next_hash = len(group_ids) * len(group_ids[0])
+    if not closed and starts and not starts[-1] < MAX_TIME_S:
+        raise ConfigError(
+            "arrival.rate_rps",
+            spec.arrival.rate_rps,
+            f"a rate whose requests arrive within {MAX_TIME_S:g} s (the last arrives at "
+            f"{starts[-1]:.3g} s)",
+        )
+    blocks = 0  # block ids held by the requests made so far, against MAX_BLOCK_IDS
 
     new_list = new_in.tolist()
     requests: list[Request] = []
@@ -379,6 +474,15 @@ def generate(
                 shared = previous.block_hashes[: previous.input_tokens // HASH_BLOCK_TOKENS]
                 after = i - 1
             fresh = -(-prompt // HASH_BLOCK_TOKENS) - len(shared)
+            blocks += fresh + len(shared)
+            if blocks > MAX_BLOCK_IDS or prompt > MAX_TOKENS:
+                raise ConfigError(
+                    "requests",
+                    spec.requests,
+                    f"a workload of at most {MAX_BLOCK_IDS:,} prompt blocks in all and "
+                    f"{MAX_TOKENS:,} tokens a prompt (request {i} needs {prompt:,} tokens, "
+                    f"{blocks:,} blocks so far: fewer requests, turns or tokens)",
+                )
             requests.append(
                 Request(
                     id=i,
@@ -429,7 +533,7 @@ def parse_workload_file(path: str | Path) -> WorkloadSpec | TraceRef:
     """
     path = Path(path)
     try:
-        data = yaml.safe_load(
+        data = parse_yaml(
             read_text(path, lambda p, why: WorkloadError(f"{p}: cannot read workload file: {why}"))
         )
     except yaml.YAMLError as exc:
@@ -439,8 +543,11 @@ def parse_workload_file(path: str | Path) -> WorkloadSpec | TraceRef:
         if isinstance(data, Mapping) and "trace" in data:
             keys = ("trace", "speedup", "max_requests", "warmup_requests", "name")
             _keys("", data, keys)
-            _int("warmup_requests", data.get("warmup_requests", 0), 0)
-            if not isinstance(data["trace"], str):
+            _int("warmup_requests", data.get("warmup_requests", 0), 0, MAX_REQUESTS, MEMORY_WHY)
+            if data.get("max_requests") is not None:
+                _int("max_requests", data["max_requests"], 1, MAX_REQUESTS, MEMORY_WHY)
+            _num("speedup", data.get("speedup", 1.0), 0.0, strict=True)
+            if not isinstance(data["trace"], str) or not data["trace"] or "\x00" in data["trace"]:
                 raise ConfigError("trace", data["trace"], "a trace file path")
             return TraceRef(
                 path=path.parent / data["trace"],
@@ -467,7 +574,10 @@ def load_workload_file(path: str | Path) -> Workload:
             return parsed.load()
         except ConfigError as exc:
             raise WorkloadError(f"{path}: {exc}") from None
-    requests = generate(parsed, base_dir=Path(path).parent)
+    try:
+        requests = generate(parsed, base_dir=Path(path).parent)
+    except ConfigError as exc:
+        raise WorkloadError(f"{path}: {exc}") from None
     return Workload(
         requests=tuple(requests), warmup_requests=parsed.warmup_requests, name=parsed.name
     )

@@ -35,6 +35,7 @@ from typing import Any
 from dynosim.errors import WorkloadError
 from dynosim.types import HASH_BLOCK_TOKENS, Request
 from dynosim.workload import transforms
+from dynosim.workload.limits import MAX_REQUESTS, MAX_TIME_S, MAX_TRACE_BYTES, REQUESTS_WHY
 
 __all__ = ["Workload", "load_trace", "load_trace_workload"]
 
@@ -94,6 +95,8 @@ class _Reader:
 
     def tokens(self, line: int, name: str, value: object, *, output: bool = False) -> int:
         """Validate a token count: an integer >= 1 (or 0 output clamped to 1)."""
+        if type(value) is int and 1 <= value <= MAX_TOKENS:  # the common case, fast
+            return value
         number = _integral(value)
         if number is None:
             raise self.error(line, f"{name} must be an integer, got {value!r}")
@@ -108,11 +111,20 @@ class _Reader:
 
     def seconds(self, line: int, name: str, value: object, scale: float) -> float:
         """Validate a finite, non-negative time and convert it to seconds."""
+        if type(value) is int and 0 <= value < MAX_TIME_S * scale:  # the common case, fast
+            return float(value) / scale
         number = _number(value)
         if number is None or not math.isfinite(number):
             raise self.error(line, f"{name} must be a number, got {value!r}")
         if number < 0:
             raise self.error(line, f"{name} must be >= 0, got {value!r}")
+        if not number / scale < MAX_TIME_S:  # e.g. epoch nanoseconds in a millisecond field
+            raise self.error(
+                line,
+                f"{name} must be < {MAX_TIME_S * scale:g} {'ms' if scale == 1000.0 else 's'} "
+                "(about 31.7 years from the trace's start; absolute epoch times are not "
+                f"supported), got {value!r}",
+            )
         return number / scale
 
     def hashes(self, line: int, ids: tuple[int, ...], input_tokens: int) -> tuple[int, ...]:
@@ -149,7 +161,10 @@ def _number(value: object) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer beyond any float
+            return math.inf if value > 0 else -math.inf
     if isinstance(value, str):
         try:
             return float(value)
@@ -158,15 +173,39 @@ def _number(value: object) -> float | None:
     return None
 
 
+_JSON_SPACE = " \t\n\r"  # what JSON counts as whitespace (str.strip() strips more)
+_DECODER = json.JSONDecoder()
+
+
+def _json_line(reader: _Reader, number: int, text: str) -> Any:
+    """``json.loads(text)``, through ``raw_decode`` alone when the line is valid.
+
+    ``raw_decode`` skips ``json.loads``'s whitespace regular expressions; on any failure
+    ``json.loads`` runs again to raise its own error.
+    """
+    body = text.strip(_JSON_SPACE)
+    try:
+        obj, end = _DECODER.raw_decode(body)
+        if end == len(body):
+            return obj
+    except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
+        pass
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise reader.error(number, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+    except ValueError as exc:  # an integer beyond Python's 4,300-digit conversion limit
+        raise reader.error(number, f"invalid JSON: {exc}") from None
+    except RecursionError:
+        raise reader.error(number, "invalid JSON: nested too deeply") from None
+
+
 def _read_mooncake(reader: _Reader, lines: list[str]) -> list[_Row]:
     rows: list[_Row] = []
     for number, text in enumerate(lines, start=1):
         if not text.strip():
             continue
-        try:
-            obj: Any = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise reader.error(number, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+        obj = _json_line(reader, number, text)
         if not isinstance(obj, dict):
             raise reader.error(number, f"expected a JSON object, got {type(obj).__name__}")
         for key in ("input_length", "output_length", "hash_ids"):
@@ -182,7 +221,7 @@ def _read_mooncake(reader: _Reader, lines: list[str]) -> list[_Row]:
             raise reader.error(number, "missing field 'timestamp'")
         input_tokens = reader.tokens(number, "input_length", obj["input_length"])
         ids = obj["hash_ids"]
-        if not isinstance(ids, list) or not all(type(h) is int for h in ids):
+        if not isinstance(ids, list) or not set(map(type, ids)) <= {int}:
             raise reader.error(number, "hash_ids must be a list of integers")
         rows.append(
             _Row(
@@ -211,7 +250,7 @@ def _azure_ns(text: str) -> int | None:
         day = date.fromisoformat(date_text).toordinal()
         hh, mm, ss = time_text.split(":")
         whole, _, frac = ss.partition(".")
-        if len(frac) > 9 or not (frac.isdigit() or not frac):
+        if len(frac) > 9 or not frac.isascii() or not (frac.isdigit() or not frac):
             return None
         if not (hh.isdigit() and mm.isdigit() and whole.isdigit()):
             return None
@@ -287,6 +326,12 @@ def _read_csv(
         start = min(stamps_ns)
         for row, ns in zip(rows, stamps_ns, strict=True):
             row.timestamp_s = (ns - start) / 1e9
+            if not row.timestamp_s < MAX_TIME_S:
+                raise reader.error(
+                    row.line,
+                    f"TIMESTAMP is {row.timestamp_s:.3g} s after the trace's first; allowed: "
+                    f"less than {MAX_TIME_S:g} s (about 31.7 years)",
+                )
     return rows
 
 
@@ -348,12 +393,20 @@ def load_trace(path: str | Path, *, clamp_zero_output: bool = False) -> list[Req
     """
     path = Path(path)
     try:
+        size = path.stat().st_size
+        if size > MAX_TRACE_BYTES:
+            raise WorkloadError(
+                f"{path}: trace of {size / 2**30:.1f} GiB; allowed: at most "
+                f"{MAX_TRACE_BYTES / 2**30:g} GiB (it is read into memory whole)"
+            )
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError:
         raise WorkloadError(f"{path}: cannot read trace: not UTF-8 text") from None
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
         raise WorkloadError(f"{path}: cannot read trace: {exc}") from None
     lines = text.splitlines()
+    if len(lines) > MAX_REQUESTS + 1 and sum(1 for t in lines if t.strip()) > MAX_REQUESTS + 1:
+        raise WorkloadError(f"{path}: trace too long; allowed: {REQUESTS_WHY}")
     first = next((i for i, line in enumerate(lines) if line.strip()), None)
     if first is None:
         raise WorkloadError(f"{path}:1: empty trace file; accepted formats: {ACCEPTED_FORMATS}")
@@ -362,7 +415,16 @@ def load_trace(path: str | Path, *, clamp_zero_output: bool = False) -> list[Req
     if head_line.startswith("{"):
         rows = _read_mooncake(reader, lines)
     else:
-        header = [name.strip() for name in next(csv.reader([head_line]))]
+        try:
+            header = [name.strip() for name in next(csv.reader([head_line]))]
+        except csv.Error as exc:
+            raise reader.error(first + 1, f"malformed CSV header: {exc}") from None
+        repeated = sorted({name for name in header if header.count(name) > 1})
+        known = any(all(n in header for n in c) for c in (_AZURE_COLUMNS, _GENERIC_COLUMNS))
+        if repeated and known:
+            raise reader.error(
+                first + 1, f"column {repeated[0]!r} appears twice; allowed: distinct columns"
+            )
         body = lines[first:]
         if all(name in header for name in _AZURE_COLUMNS):
             rows = _read_csv(reader, body, header, azure=True, first=first)

@@ -16,6 +16,7 @@ import numpy as np
 
 from dynosim.errors import ConfigError
 from dynosim.types import Request
+from dynosim.workload.limits import MAX_TIME_S
 
 __all__ = ["head", "sample", "select", "speedup", "time_slice"]
 
@@ -63,12 +64,21 @@ def speedup(requests: Sequence[Request], factor: float) -> list[Request]:
         New requests with the same ids.
 
     Raises:
-        ConfigError: ``factor`` is not a finite number > 0.
+        ConfigError: ``factor`` is not a finite number > 0, or it would push a time past
+            ``MAX_TIME_S``.
     """
     if isinstance(factor, bool) or not isinstance(factor, int | float):
         raise ConfigError("speedup", factor, "a finite number > 0")
     if not math.isfinite(factor) or factor <= 0:
         raise ConfigError("speedup", factor, "a finite number > 0")
+    latest = max((max(r.arrival_s, r.delay_s) for r in requests), default=0.0) / factor
+    if not latest < MAX_TIME_S:
+        raise ConfigError(
+            "speedup",
+            factor,
+            f"a factor that keeps every time below {MAX_TIME_S:g} s (the latest would be "
+            f"{latest:.3g} s)",
+        )
     return [
         replace(r, arrival_s=r.arrival_s / factor, delay_s=r.delay_s / factor) for r in requests
     ]

@@ -67,19 +67,17 @@ def study_summary(study: optuna.Study) -> str:
         objectives,
         slo_constraints,
     )
+    from search.storage import trial_counts
 
     trials = study.get_trials(deepcopy=False)
-    states = Counter(t.state for t in trials)
     ts = optuna.trial.TrialState
-    n_feasible = sum(is_feasible(t) for t in trials)
     history = study.user_attrs.get("hv_history") or []
     hv = f", hypervolume {history[-1][1]:.4f} after {history[-1][0]} trials" if history else ""
     objs = ", ".join(f"{d} {metric_label(m)}" for m, d in objectives(study))
     slos = ", ".join(constraint_label(c) for c in slo_constraints(study)) or "none"
+    status = study.user_attrs.get("status", "-")
     lines = [
-        f"study {study.study_name}: {study.user_attrs.get('status', '-')}; {len(trials)} trials "
-        f"({states[ts.COMPLETE]} complete, {states[ts.RUNNING]} running, {states[ts.FAIL]} "
-        f"failed), {n_feasible} feasible{hv}",
+        f"study {study.study_name}: {status}; {trial_counts(trials).summary()}{hv}",
         f"objectives: {objs}; SLOs: {slos}",
     ]
     reasons = Counter(

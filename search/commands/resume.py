@@ -1,13 +1,21 @@
-"""``dynosim resume NAME --storage URL``: continue a stored study after a stop or a crash."""
+"""``dynosim resume NAME --storage URL``: continue a stored study after a stop or a crash.
+
+A study that converged or used its budget runs nothing unless it is given a larger budget:
+``--n-trials`` above the trials it completed, or a new ``--max-wall-s``.
+"""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from dynosim.errors import ConfigError
 from search.commands.tune import add_run_options, execute, overrides
-from search.storage import open_storage, study_names
+from search.lease import refuse_if_held
+from search.storage import StudyRecord, TrialCounts, open_storage, study_names, trial_counts
 from search.study_file import apply_overrides, parse_study
+
+FINISHED = {"converged": "converged (hypervolume plateau)", "budget": "used its budget"}
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
@@ -24,9 +32,40 @@ def run(args: argparse.Namespace) -> int:
     if args.name not in study_names(storage):
         names = ", ".join(study_names(storage)) or "none"
         raise ConfigError("name", args.name, f"a study in {args.storage} ({names})")
+    refuse_if_held(StudyRecord(storage, args.name, url=args.storage))  # before a long load
     sid = storage.get_study_id_from_name(args.name)
-    data = storage.get_study_user_attrs(sid).get("study")
+    attrs = storage.get_study_user_attrs(sid)
+    data = attrs.get("study")
     if not isinstance(data, dict):
         raise ConfigError("name", args.name, "a study created by `dynosim tune`")
     sf = parse_study(apply_overrides(data, overrides(args)), source=f"study {args.name}")
+    counts = trial_counts(storage.get_all_trials(sid, deepcopy=False))
+    reason = nothing_to_run(args.name, attrs, counts, args.n_trials, args.max_wall_s)
+    if reason is not None:
+        print(reason)
+        return 0
     return execute(sf, resume=True, progress=not args.no_progress)
+
+
+def nothing_to_run(
+    name: str,
+    attrs: dict[str, Any],
+    counts: TrialCounts,
+    n_trials: int | None,
+    max_wall_s: float | None,
+) -> str | None:
+    """Why resuming the study would run nothing, or ``None`` if it has work left.
+
+    A converged or budget-exhausted study has work only with a new wall-time budget or a trial
+    budget above its completed trials (trials left running by a crash are re-run either way).
+    """
+    status = str(attrs.get("status", ""))
+    if status not in FINISHED or max_wall_s is not None or counts.running:
+        return None
+    if n_trials is not None and n_trials > counts.complete:
+        return None
+    given = "" if n_trials is None else f" (--n-trials {n_trials} is not above that)"
+    return (
+        f"study {name} {FINISHED[status]}: {counts.summary()}{given}; nothing to run. "
+        f"Give --n-trials above {counts.complete} or --max-wall-s to run more"
+    )

@@ -136,14 +136,16 @@ def print_outcome(sf: StudyFile, state: RunState) -> None:
     """Status line, the Pareto front, the best configuration under each SLO, knob importance."""
     from search.importance import importance_table, knob_importances
     from search.report import best_lines, load_study, pareto_table
+    from search.storage import trial_counts
     from search.terminal import make_console
 
     console = make_console()
-    console.print(
-        f"study [bold]{state.name}[/]: {state.status}; {state.n_trials} trials, "
-        f"{state.n_feasible} feasible, hypervolume {state.hypervolume:.4f}; storage {sf.storage}"
-    )
     study = load_study(sf.storage, sf.name)
+    counts = trial_counts(study.get_trials(deepcopy=False))
+    console.print(
+        f"study [bold]{state.name}[/]: {state.status}; {counts.summary()}, "
+        f"hypervolume {state.hypervolume:.4f}; storage {sf.storage}"
+    )
     console.print(pareto_table(study))
     console.print("best configuration under each SLO (best first objective):")
     for line in best_lines(study):

@@ -196,7 +196,7 @@ def test_existing_name_and_direction_checks(tmp_path: Path) -> None:
         optimizer={"name": "random"},
         objectives=[
             {"metric": "goodput", "direction": "minimize"},
-            {"metric": "goodput", "direction": "maximize"},
+            {"metric": "request_throughput", "direction": "maximize"},
         ],
     )
     with pytest.raises(ConfigError, match="stored directions"):

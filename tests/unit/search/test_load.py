@@ -159,3 +159,17 @@ def test_right_sizing_never_exceeds_the_budget(tmp_path: Path) -> None:
     ran = [t for t in ts if t.user_attrs["metrics"]]
     assert ran
     assert all(t.user_attrs["config"]["tp"] * t.user_attrs["config"]["workers"] <= 8 for t in ran)
+
+
+def test_capacity_hint_is_the_median_of_the_most_similar() -> None:
+    from search.load import capacity_hint
+
+    measured = [
+        ({"tp": 1, "router": "kv_aware", "seqs": 64}, 4.0),
+        ({"tp": 1, "router": "kv_aware", "seqs": 256}, 5.0),
+        ({"tp": 1, "router": "round_robin", "seqs": 32}, 2.0),
+        ({"tp": 2, "router": "round_robin", "seqs": 64}, 1.0),
+    ]
+    assert capacity_hint({"tp": 1, "router": "kv_aware", "seqs": 128}, measured) == 4.5
+    assert capacity_hint({"tp": 2, "router": "round_robin", "seqs": 64}, measured) == 1.0
+    assert capacity_hint({"tp": 4}, []) is None

@@ -102,7 +102,9 @@ def test_bad_yaml(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "path", sorted((ROOT / "experiments").glob("*.yaml")), ids=lambda p: p.name
+    "path",
+    sorted((ROOT / "experiments").glob("**/*.yaml")),
+    ids=lambda p: str(p.relative_to(ROOT / "experiments")),
 )
 def test_shipped_studies_parse(path: Path) -> None:
     sf = load_study_file(path)

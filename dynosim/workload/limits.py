@@ -1,0 +1,56 @@
+"""Bounds every workload must respect, so that bad input is refused before anything runs.
+
+The simulator holds every request in memory (about 1 KB each, with its block hashes) and keeps
+time as integer microseconds in 64-bit arrays; these limits keep both far from trouble and are
+stated in the error messages that enforce them.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = [
+    "MAX_BLOCK_IDS",
+    "MAX_REQUESTS",
+    "MAX_TIME_S",
+    "MAX_TOKENS",
+    "MAX_TRACE_BYTES",
+    "MEMORY_WHY",
+    "REQUESTS_WHY",
+    "TIME_WHY",
+    "check_time",
+    "finite_number",
+]
+
+MAX_REQUESTS = 20_000_000
+"""Most requests one workload may hold (about 20 GB of memory at ~1 KB a request)."""
+REQUESTS_WHY = f"at most {MAX_REQUESTS:,} requests (about 1 KB of memory each)"
+MEMORY_WHY = "about 1 KB of memory a request"
+
+MAX_TOKENS = 100_000_000
+"""Largest token count of one request (far beyond any context window)."""
+
+MAX_BLOCK_IDS = 200_000_000
+"""Most prompt block hash ids one workload may hold in all (a few GB of memory)."""
+
+MAX_TIME_S = 1e9
+"""Arrival times, think times and delays must be below this (about 31.7 years)."""
+TIME_WHY = f"a finite number of seconds in [0, {MAX_TIME_S:g}) (about 31.7 years)"
+
+MAX_TRACE_BYTES = 4 << 30
+"""Largest trace file read (it is read into memory whole)."""
+
+
+def finite_number(value: object) -> bool:
+    """True for an int or float (not a bool) that is finite."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
+
+
+def check_time(seconds: float) -> bool:
+    """True when ``seconds`` is a time the simulator can hold: finite, in [0, MAX_TIME_S)."""
+    return 0.0 <= seconds < MAX_TIME_S
