@@ -24,16 +24,21 @@ COMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full parser; each subcommand module adds its own arguments."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; the subcommand modules add their own arguments.
+
+    Only ``command``'s module is imported (all of them when ``None``), so ``dynosim simulate``
+    does not import the autotuner's modules just to list their options.
+    """
     parser = argparse.ArgumentParser(prog="dynosim", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, help_text in COMMANDS.items():
-        module = _command_module(name)
-        if module is None:
-            continue
         p = sub.add_parser(name, help=help_text, description=help_text)
-        module.add_parser(p)
+        if command is not None and name != command:
+            continue
+        module = _command_module(name)
+        if module is not None:
+            module.add_parser(p)
     return parser
 
 
@@ -48,7 +53,9 @@ def _command_module(name: str):  # type: ignore[no-untyped-def]
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dynosim`` script."""
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    chosen = next((w for w in words if not w.startswith("-")), None)
+    args = build_parser(chosen if chosen in COMMANDS else None).parse_args(words)
     module = _command_module(args.command)
     assert module is not None
     try:
