@@ -14,6 +14,7 @@ import bisect
 import csv
 import json
 import math
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,9 +202,22 @@ def pareto_of(trials: Sequence[FrozenTrial], directions: Sequence[str]) -> list[
     return [t for g in front for t in g.trials]
 
 
+_FRONTS: weakref.WeakKeyDictionary[Any, tuple[int, list[FrozenTrial]]] = weakref.WeakKeyDictionary()
+
+
 def pareto_trials(study: optuna.Study) -> list[FrozenTrial]:
-    """The feasible non-dominated trials in the study directions, best first objective first."""
-    return pareto_of(study.get_trials(deepcopy=False), [d for _, d in objectives(study)])
+    """The feasible non-dominated trials in the study directions, best first objective first.
+
+    A report asks for the front several times (table, CSV, plots): it is computed once per
+    study object and number of trials.
+    """
+    trials = study.get_trials(deepcopy=False)
+    cached = _FRONTS.get(study)
+    if cached is not None and cached[0] == len(trials):
+        return list(cached[1])
+    front = pareto_of(trials, [d for _, d in objectives(study)])
+    _FRONTS[study] = (len(trials), front)
+    return list(front)
 
 
 # --------------------------------------------------------------------------- same values
@@ -460,7 +474,9 @@ def default_slo_sets(study: optuna.Study) -> list[SloSet]:
         return sets
     ttft = [c for c in slos if c.metric.startswith("time_to_first_token.") and c.op == "<="]
     metric = ttft[0].metric if ttft else "time_to_first_token.p90"
-    reported = any(metric in (t.user_attrs.get("metrics") or {}) for t in study.get_trials())
+    reported = any(
+        metric in (t.user_attrs.get("metrics") or {}) for t in study.get_trials(deepcopy=False)
+    )
     if not ttft and not reported:
         return sets
     others = tuple(c for c in slos if c.metric != metric)
@@ -589,8 +605,13 @@ def pareto_rows(study: optuna.Study, rows: Sequence[Mapping[str, Any]]) -> list[
     return out
 
 
-def write_report(study: optuna.Study, out_dir: str | Path) -> dict[str, Path]:
+def write_report(
+    study: optuna.Study, out_dir: str | Path, *, importances: Sequence[Any] | None = None
+) -> dict[str, Path]:
     """Write ``trials.csv``, ``pareto.csv`` and the plots: Pareto, convergence, importance.
+
+    ``importances``: the study's :func:`search.importance.knob_importances`, when the caller
+    has them already (they are computed otherwise).
 
     Returns:
         Paths keyed ``trials_csv``, ``pareto_csv``, ``pareto_html``, ``convergence_html``,
@@ -615,7 +636,14 @@ def write_report(study: optuna.Study, out_dir: str | Path) -> dict[str, Path]:
             f"{study.study_name}: convergence",
         ),
         "importance_html": plots.write_html(
-            [importance.importance_figure(study.study_name, importance.knob_importances(study))],
+            [
+                importance.importance_figure(
+                    study.study_name,
+                    list(importances)
+                    if importances is not None
+                    else importance.knob_importances(study),
+                )
+            ],
             out / "importance.html",
             f"{study.study_name}: knob importance",
         ),

@@ -44,10 +44,11 @@ def run(args: argparse.Namespace) -> int:
     for line in best_lines(study):
         console.print(f"  {line}", highlight=False, markup=False)
     console.print()
-    console.print(importance_table(study.study_name, knob_importances(study)))
+    importances = knob_importances(study)
+    console.print(importance_table(study.study_name, importances))
     out = args.out if args.out is not None else Path("runs") / f"report-{args.name}"
     try:
-        paths = write_report(study, out)
+        paths = write_report(study, out, importances=importances)
     except OSError as exc:
         raise DynosimError(f"--out {out}: {exc.strerror or exc}") from None
     console.print("\nwrote " + "  ".join(str(p) for p in paths.values()), highlight=False)
