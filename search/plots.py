@@ -211,8 +211,10 @@ def recomputed_hypervolume(study: optuna.Study) -> tuple[list[int], list[float]]
     hv, out = 0.0, []
     for t in done:
         if is_feasible(t):
+            before = tracker.front
             tracker.add([t.values])
-            hv = tracker.hypervolume()
+            if not np.array_equal(before, tracker.front):  # a dominated point changes nothing
+                hv = tracker.hypervolume()
         out.append(hv)
     return list(range(1, len(done) + 1)), out
 
