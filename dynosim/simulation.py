@@ -34,6 +34,7 @@ from dynosim.router import Router, make_router
 from dynosim.slo_monitor import MonitorState, SLOMonitor
 from dynosim.timer import schedule_timer
 from dynosim.types import Request
+from dynosim.workload.limits import MAX_TIME_S
 
 if TYPE_CHECKING:
     from dynosim.perf.deployment import DeploymentPerf
@@ -213,8 +214,8 @@ class Simulation:
         records = self._records()
         early = self._monitor.reason if self._monitor is not None else None
         if early is None:
-            arrived = _mask(len(self.requests), self.rejections)
-            lost = np.flatnonzero((records.finish_us < 0) & ~arrived)
+            rejected = _mask(len(self.requests), self.rejections)
+            lost = np.flatnonzero((records.finish_us < 0) & ~rejected)
             if lost.size:
                 raise RuntimeError(
                     f"{lost.size} requests neither finished nor rejected: {lost[:5]}"
@@ -272,10 +273,10 @@ class Simulation:
 
 
 def _us(seconds: float) -> int:
-    if not -1e9 < seconds < 1e9:  # dynosim.workload.limits.MAX_TIME_S; NaN fails too
+    if not -MAX_TIME_S < seconds < MAX_TIME_S:  # NaN fails too
         raise ConfigError(
-            "request time", seconds, "a finite number of seconds below 1e9 (check the workload's"
-            " times and speed-up)"
+            "request time", seconds, f"a finite number of seconds below {MAX_TIME_S:g} (check"
+            " the workload's times and speed-up)"
         )  # fmt: skip
     return round(seconds * 1e6)
 

@@ -101,7 +101,7 @@ class _Rule:
     e2e_ms: float | None
     multi_only: bool  # the ITL population: requests with more than one output token
     allowed: Callable[[int], int]  # population size -> most bad requests that still pass
-    mean: bool = False
+    mean: LatencyBound | None = None  # a mean rule: the bound on the metric's average
     counts_rejected: bool = False  # attainment: a rejected request is a bad one
     flagged: np.ndarray | None = None
     bad_done: int = 0  # flagged, completed, measured
@@ -126,6 +126,15 @@ def _attainment_allowed(fraction: float) -> Callable[[int], int]:
         return max(0, math.floor(n * (1.0 - fraction) * (1 + 1e-12) + 1e-9))
 
     return allowed
+
+
+def _latency_ms(metric: str, arrival: int, first: int, finish: int, osl: int) -> float:
+    """One completed request's value of ``metric`` in ms (as ``dynosim.metrics`` computes it)."""
+    if metric == "time_to_first_token":
+        return (first - arrival) / 1e3
+    if metric == "request_latency":
+        return (finish - arrival) / 1e3
+    return (finish - first) / 1e3 / (osl - 1) if osl > 1 else 0.0
 
 
 class MonitorState:
@@ -160,7 +169,6 @@ class MonitorState:
         self.completed = 0
         self.rejected = 0
         self.rejected_multi = 0
-        self.warm = np.zeros(n, dtype=bool)
         self.arrived: list[int] = []
         ages = [b for r in self.rules for b in (r.ttft_ms, r.e2e_ms) if b is not None]
         interval = monitor.check_interval_s
@@ -185,7 +193,6 @@ class MonitorState:
         for b in monitor.bounds:
             ms = float(b.bound_ms)
             mean = b.stat == "avg"
-            allowed = _percentile_allowed(_PERCENTILES.get(b.stat, 1.0))
             rules.append(
                 _Rule(
                     label=str(b),
@@ -193,13 +200,10 @@ class MonitorState:
                     itl_ms=ms if b.metric == "inter_token_latency" and not mean else None,
                     e2e_ms=ms if b.metric == "request_latency" and not mean else None,
                     multi_only=b.metric == "inter_token_latency",
-                    allowed=allowed,
-                    mean=mean,
-                    total_ms=0.0,
+                    allowed=_percentile_allowed(_PERCENTILES.get(b.stat, 1.0)),
+                    mean=b if mean else None,
                 )
             )
-            if mean:  # remember which metric the mean is over
-                rules[-1].label = f"{b.metric}.avg <= {ms:g}"
         if monitor.min_attainment is not None:
             rules.append(
                 _Rule(
@@ -239,15 +243,14 @@ class MonitorState:
         self.finished[rid] = True
         warm = self.completed < self.warmup
         self.completed += 1
-        self.warm[rid] = warm
         arrival = int(self.arrival_us[rid])
         first = self.first_token_us(rid)
         osl = int(self.osl[rid])
         for rule in self.rules:
             assert rule.flagged is not None
-            if rule.mean:
+            if rule.mean is not None:
                 if not warm:
-                    rule.total_ms += self._mean_value(rule, arrival, first, now, osl)
+                    rule.total_ms += _latency_ms(rule.mean.metric, arrival, first, now, osl)
                 continue
             if rule.flagged[rid]:
                 rule.bad_pending -= 1
@@ -272,15 +275,6 @@ class MonitorState:
             return (finish - first) / 1e3 / (osl - 1) > rule.itl_ms
         return False
 
-    @staticmethod
-    def _mean_value(rule: _Rule, arrival: int, first: int, finish: int, osl: int) -> float:
-        metric = rule.label.split(".")[0]
-        if metric == "time_to_first_token":
-            return (first - arrival) / 1e3
-        if metric == "request_latency":
-            return (finish - arrival) / 1e3
-        return (finish - first) / 1e3 / (osl - 1) if osl > 1 else 0.0
-
     def _population(self, rule: _Rule) -> int:
         if rule.counts_rejected:
             return self.n - self.warmup
@@ -290,9 +284,8 @@ class MonitorState:
 
     def _violated(self, rule: _Rule) -> bool:
         n = self._population(rule)
-        if rule.mean:
-            bound = float(rule.label.rsplit("<= ", 1)[1])
-            return n > 0 and rule.total_ms / n > bound
+        if rule.mean is not None:
+            return n > 0 and rule.total_ms / n > rule.mean.bound_ms
         # Flagged requests still pending may yet be among the first completions (warm-up).
         maybe_warm = min(rule.bad_pending, max(0, self.warmup - self.completed))
         certain = rule.bad_done + rule.bad_pending - maybe_warm
