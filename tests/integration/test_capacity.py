@@ -210,3 +210,24 @@ def test_capacity_at_the_limit() -> None:
     assert found.at_limit
     assert found.level is not None
     assert 36 <= found.level <= 40
+
+
+@pytest.mark.parametrize("case", range(12))
+def test_monitor_and_speedup_agree_in_fast_forward_and_stepping(case: int) -> None:
+    rng = np.random.default_rng(500 + case)
+    reqs = make_requests(200, rate_rps=float(rng.uniform(10, 80)), seed=case)
+    cfg = tiny_config(workers=int(rng.integers(1, 4)), router="kv_aware")
+    monitor = _random_monitor(rng, ttft_scale_ms=500.0)
+    kv = int(rng.choice([600, 20_000]))
+    speedup = float(rng.uniform(0.5, 3.0))
+    results = []
+    for ff in (True, False):
+        perf = DeploymentPerf(LinearStepTime(), kv, gpu_hour_usd=2.0)
+        sim = Simulation(cfg, reqs, perf=perf, speedup=speedup, fast_forward=ff)
+        results.append(sim.run(warmup_requests=10, stop=monitor))
+    fast, slow = results
+    assert fast.metrics.early_stop == slow.metrics.early_stop
+    assert fast.metrics.simulated_requests == slow.metrics.simulated_requests
+    if fast.metrics.early_stop is None:
+        assert fast.records.equal(slow.records)
+        assert fast.metrics.deterministic_dict() == slow.metrics.deterministic_dict()
