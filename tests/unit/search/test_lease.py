@@ -96,7 +96,10 @@ def test_two_processes_one_refuses_and_ctrl_c_releases(
     study = tmp_path / "study.yaml"
     data = fakes.study_dict(tmp_path, **_file_fields(sf))
     study.write_text(yaml.safe_dump(data, sort_keys=False))
-    env = {**os.environ, "FAKE_SIM_SLEEP": "0.05", "PYTHONPATH": str(ROOT)}
+    # The fake space has 96 distinct configs: at 0.25 s each the driver runs for ~25 s, far
+    # longer than the refusal below takes even on a loaded machine, so the SIGINT always finds
+    # it running (at 0.05 s it could converge and exit 0 first).
+    env = {**os.environ, "FAKE_SIM_SLEEP": "0.25", "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "search.cli", "tune", str(study), "--no-progress"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
     try:
