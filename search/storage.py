@@ -21,8 +21,11 @@ line a crash left torn is repaired when it is opened (:func:`repair_journal`).
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -160,6 +163,28 @@ def study_names(storage: optuna.storages.BaseStorage) -> list[str]:
     return [s.study_name for s in storage.get_all_studies()]
 
 
+@contextmanager
+def _interrupt_after() -> Iterator[None]:
+    """Hold Ctrl-C back until the storage call inside has returned, then deliver it.
+
+    An interrupt that lands inside Optuna's journal-file lock can leave the lock file behind,
+    and every later write (the driver's own "stopped" status, the lease release) then waits
+    for it to go stale (30 s). Only the main thread receives signals; elsewhere this does
+    nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            signal.raise_signal(signal.SIGINT)
+
+
 class StudyRecord:
     """Writes one study's trials and attributes (the driver's only way to the storage).
 
@@ -215,7 +240,8 @@ class StudyRecord:
         if write and self.guard is not None:
             self.guard()
         try:
-            return _retry_locked(lambda: fn(*args))
+            with _interrupt_after():
+                return _retry_locked(lambda: fn(*args))
         except DynosimError:
             raise
         except Exception as exc:
