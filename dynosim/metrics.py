@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -11,6 +11,8 @@ import numpy.typing as npt
 from dynosim.config import SLOConfig
 
 STAT_KEYS = ("avg", "min", "max", "p50", "p90", "p99")
+NAN = float("nan")
+"""The one NaN the metrics use, so that equal results compare equal (``[NAN] == [NAN]``)."""
 LATENCY_METRICS = ("time_to_first_token", "inter_token_latency", "request_latency")
 
 
@@ -29,8 +31,7 @@ class Stat:
     def of(cls, values: npt.NDArray[np.float64]) -> Stat:
         """Summarise ``values``; an empty array gives NaN everywhere."""
         if values.size == 0:
-            nan = float("nan")
-            return cls(nan, nan, nan, nan, nan, nan)
+            return cls(NAN, NAN, NAN, NAN, NAN, NAN)
         p50, p90, p99 = np.percentile(values, [50.0, 90.0, 99.0])
         return cls(
             avg=float(values.mean()),
@@ -58,6 +59,8 @@ class RequestRecords:
     cached_tokens: npt.NDArray[np.int64]
     worker: npt.NDArray[np.int64]
     preemptions: npt.NDArray[np.int64]
+    prefill_worker: npt.NDArray[np.int64] | None = None
+    transfer_us: npt.NDArray[np.int64] | None = None
 
     @property
     def completed(self) -> npt.NDArray[np.bool_]:
@@ -65,10 +68,72 @@ class RequestRecords:
         return self.finish_us >= 0
 
     def equal(self, other: RequestRecords) -> bool:
-        """True when every column is identical."""
+        """True when every column is identical (an absent column equals one of -1 / 0)."""
         return all(
-            np.array_equal(getattr(self, f.name), getattr(other, f.name)) for f in fields(self)
+            np.array_equal(self._column(f.name), other._column(f.name)) for f in fields(self)
         )
+
+    def _column(self, name: str) -> npt.NDArray[np.int64]:
+        col = getattr(self, name)
+        if col is None:
+            fill = -1 if name == "prefill_worker" else 0
+            return np.full(self.arrival_us.size, fill, dtype=np.int64)
+        return col  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuTimeline:
+    """Provisioned GPUs over time: ``gpus[i]`` from ``times_us[i]`` until the next time."""
+
+    times_us: npt.NDArray[np.int64]
+    gpus: npt.NDArray[np.float64]
+
+    @classmethod
+    def fixed(cls, gpus: float) -> GpuTimeline:
+        """A constant count from time 0."""
+        return cls(np.zeros(1, dtype=np.int64), np.array([float(gpus)]))
+
+    def gpu_us(self, t0_us: float, t1_us: float) -> float:
+        """Integral of the provisioned GPUs over ``[t0_us, t1_us]`` (GPU-microseconds)."""
+        if t1_us <= t0_us:
+            return 0.0
+        if self.gpus.size == 1:
+            return float(self.gpus[0]) * (t1_us - t0_us)
+        edges = np.append(self.times_us, np.iinfo(np.int64).max).astype(np.float64)
+        lo = np.clip(edges[:-1], t0_us, t1_us)
+        hi = np.clip(edges[1:], t0_us, t1_us)
+        return float(((hi - lo) * self.gpus).sum())
+
+    def mean(self, t0_us: float, t1_us: float) -> float:
+        """Time-averaged GPUs over ``[t0_us, t1_us]`` (the count at ``t0_us`` if empty)."""
+        if self.gpus.size == 1:
+            return float(self.gpus[0])
+        if t1_us <= t0_us:
+            i = max(0, int(np.searchsorted(self.times_us, t0_us, side="right")) - 1)
+            return float(self.gpus[i])
+        return self.gpu_us(t0_us, t1_us) / (t1_us - t0_us)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolMetrics:
+    """One worker pool of the deployment (``agg``, or ``prefill`` and ``decode``).
+
+    ``workers`` and ``gpus`` are time-averaged over the run (provisioned: starting, active and
+    draining workers); ``utilization`` is busy engine time over provisioned worker time;
+    ``queue_time`` the time (ms) a measured request waited in this pool between arriving at a
+    worker and being admitted to its batch; ``kv_usage`` the mean KV-block usage of the active
+    workers over the planner's samples (NaN when nothing sampled the pools).
+    """
+
+    name: str
+    tp: int
+    workers: float
+    peak_workers: int
+    gpus: float
+    utilization: float
+    queue_time: Stat
+    kv_usage: float
+    scaling_events: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,7 +160,11 @@ class Metrics:
     simulated_requests: int
     simulated_duration_s: float
     wall_s: float
+    kv_transfer_time: Stat = field(default_factory=lambda: Stat(NAN, NAN, NAN, NAN, NAN, NAN))
+    scaling_events: int = 0
     early_stop: str | None = None
+    pools: tuple[PoolMetrics, ...] = ()
+    timeline: dict[str, Any] | None = None
 
     @property
     def speedup(self) -> float:
@@ -109,13 +178,18 @@ class Metrics:
         return out
 
     def flat(self) -> dict[str, float]:
-        """One level: ``time_to_first_token.p90``, ``goodput``, ... (as objectives name them)."""
+        """One level: ``time_to_first_token.p90``, ``goodput``, ... (as objectives name them).
+
+        The per-pool figures and the timeline are in :meth:`to_dict` only.
+        """
         out: dict[str, float] = {}
-        for key, value in self.to_dict().items():
-            if isinstance(value, dict):
-                out.update({f"{key}.{k}": float(v) for k, v in value.items()})
-            elif isinstance(value, int | float):
-                out[key] = float(value)
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Stat):
+                out.update({f"{f.name}.{k}": float(getattr(value, k)) for k in STAT_KEYS})
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                out[f.name] = float(value)
+        out["speedup"] = self.speedup
         return out
 
     def deterministic_dict(self) -> dict[str, Any]:
@@ -136,6 +210,10 @@ def summarize(
     utilization: float = float("nan"),
     early_stop: str | None = None,
     rejected_requests: int | None = None,
+    gpu_timeline: GpuTimeline | None = None,
+    pools: tuple[PoolMetrics, ...] = (),
+    timeline: dict[str, Any] | None = None,
+    scaling_events: int = 0,
 ) -> Metrics:
     """Turn per-request records into metrics.
 
@@ -147,6 +225,10 @@ def summarize(
     request never meets its SLO). ``utilization`` (busy worker time over provisioned worker
     time), ``early_stop`` (why the run was stopped before the end) and, for a stopped run, the
     count of rejected requests (the unfinished ones are not rejected) come from the caller.
+
+    With ``gpu_timeline`` (a planner changed the provisioned GPUs), ``gpus`` is their time
+    average over the benchmark window, which the per-GPU throughput and the cost use, and
+    ``gpu_hours`` their integral from time 0; otherwise ``gpus`` is constant.
     """
     done = records.completed
     rejected = int((~done).sum()) if rejected_requests is None else rejected_requests
@@ -165,6 +247,11 @@ def summarize(
     per_user = 1e3 / itl_ms[itl_ms > 0]
     window_s = (finish.max() - arrival.min()) / 1e6 if idx.size else 0.0
     sim_s = float(records.finish_us.max() / 1e6) if done.any() else 0.0
+    if gpu_timeline is None:
+        gpu_timeline = GpuTimeline.fixed(gpus)
+    w0 = float(arrival.min()) if idx.size else 0.0
+    w1 = float(finish.max()) if idx.size else 0.0
+    gpus = gpu_timeline.mean(w0, w1)
     out_tokens = int(osl.sum())
     throughput = out_tokens / window_s if window_s > 0 else 0.0
     good = np.ones(idx.size, dtype=bool)
@@ -176,7 +263,7 @@ def summarize(
         good &= itl_all <= slo.itl_ms
     if slo.e2e_ms is not None:
         good &= latency_ms <= slo.e2e_ms
-    gpu_hours = gpus * sim_s / 3600.0
+    gpu_hours = gpu_timeline.gpu_us(0.0, sim_s * 1e6) / 3.6e9
     inputs = int(records.input_tokens[idx].sum())
     window_gpu_hours = gpus * window_s / 3600.0  # the same window as the throughputs
     cost = window_gpu_hours * gpu_hour_usd / (out_tokens / 1e6) if out_tokens else float("inf")
@@ -201,5 +288,17 @@ def summarize(
         simulated_requests=int((records.arrival_us >= 0).sum()),
         simulated_duration_s=sim_s,
         wall_s=wall_s,
+        kv_transfer_time=Stat.of(_transfer_ms(records, idx)),
+        scaling_events=scaling_events,
         early_stop=early_stop,
+        pools=pools,
+        timeline=timeline,
     )
+
+
+def _transfer_ms(records: RequestRecords, idx: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+    """KV-transfer times (ms, queueing on the link included) of the measured remote prefills."""
+    if records.transfer_us is None or records.prefill_worker is None:
+        return np.zeros(0)
+    remote = idx[records.prefill_worker[idx] >= 0]
+    return records.transfer_us[remote] / 1e3

@@ -57,7 +57,7 @@ class LeastLoaded:
         best, best_key = 0, (1 << 62, float("inf"))
         for i, w in enumerate(workers):
             w.sync(now_us)
-            key = (w.outstanding, w.kv.used + w.pending_prefill_blocks)
+            key = (w.outstanding, w.kv.used + w.pending_prefill_blocks + w.incoming_blocks)
             if key < best_key:
                 best, best_key = i, key
         return best
@@ -108,12 +108,35 @@ class KvAware:
         return int(self._rng.choice(len(costs), p=p / p.sum()))
 
 
-def make_router(config: DeploymentConfig, rng: np.random.Generator) -> Router:
-    """The router a deployment names."""
-    if config.router == "round_robin":
+class KvLoad:
+    """The worker with the fewest active KV blocks: held, queued and arriving by transfer.
+
+    Dynamo's KV router with the prefix-overlap term off, as it routes to decode workers
+    (their caches hold no prompt to reuse); ties go to the lowest index.
+    """
+
+    def route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
+        """Least KV-loaded worker."""
+        best, best_cost = 0, float("inf")
+        for i, w in enumerate(workers):
+            w.sync(now_us)
+            cost = w.kv.used + w.pending_prefill_blocks + w.incoming_blocks
+            if cost < best_cost:
+                best, best_cost = i, cost
+        return best
+
+
+def make_router(
+    config: DeploymentConfig, rng: np.random.Generator, name: str | None = None
+) -> Router:
+    """The router ``name`` (default: the deployment's ``router``)."""
+    name = config.router if name is None else name
+    if name == "round_robin":
         return RoundRobin()
-    if config.router == "random":
+    if name == "random":
         return RandomRouter(rng)
-    if config.router == "least_loaded":
+    if name == "least_loaded":
         return LeastLoaded()
+    if name == "kv_load":
+        return KvLoad()
     return KvAware(config.kv_router.overlap_weight, config.kv_router.temperature, rng)

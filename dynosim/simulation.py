@@ -1,8 +1,19 @@
-"""Wiring: workload -> router -> engine workers -> per-request records -> metrics.
+"""Wiring: workload -> router -> worker pools (-> KV transfer -> decode pool) -> records -> metrics.
 
 ``Simulation`` owns the simpy environment, the random generator and the request bookkeeping;
 it is the only module that connects the parts. ``simulate()`` is the one call the optimizer
 uses.
+
+Aggregated serving is one pool. In disaggregated serving a request is routed to a prefill
+worker (its *prefill leg* leaves once the prompt is computed), then to a decode worker picked by
+the decode router at that moment; its KV cache crosses that worker's ingress link, and then the
+*decode leg* joins the worker's queue (admitted only when its KV blocks fit). With
+``max_local_prefill_tokens > 0`` the decode router picks a worker at arrival, and a prompt whose
+uncached part there is at most that long is served by it like an aggregated request (as
+Dynamo's conditional disaggregation decides on the decode worker's prefix hit).
+
+Pool observations (the planner's, and the timeline's) are taken by a periodic tick that runs
+after every other event of its instant.
 
 Arrivals are kept in one heap ordered by (time, request id) and dispatched by a single
 version-cancelled simpy event, so requests sent at the same instant are routed in id order
@@ -22,24 +33,38 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
-from simpy.events import NORMAL
+from simpy.events import NORMAL, EventPriority
 
-from dynosim.config import DeploymentConfig
-from dynosim.engine.kv_cache import PrefixKVCache
+from dynosim.cluster.planner import Planner, Window, sample
+from dynosim.cluster.pool import WorkerPool
+from dynosim.cluster.transfer import KVLinks
+from dynosim.config import DeploymentConfig, PoolName
 from dynosim.engine.state import RunningRequest
 from dynosim.engine.worker import EngineWorker
-from dynosim.errors import ConfigError
-from dynosim.metrics import Metrics, RequestRecords, summarize
-from dynosim.router import Router, make_router
+from dynosim.errors import ConfigError, InfeasibleError
+from dynosim.metrics import (
+    NAN,
+    GpuTimeline,
+    Metrics,
+    PoolMetrics,
+    RequestRecords,
+    Stat,
+    summarize,
+)
+from dynosim.router import make_router
 from dynosim.slo_monitor import MonitorState, SLOMonitor
 from dynosim.timer import schedule_timer
-from dynosim.types import Request
+from dynosim.types import HASH_BLOCK_TOKENS, Request
 from dynosim.workload.limits import MAX_TIME_S
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from dynosim.perf.deployment import DeploymentPerf
 
 _NEVER = 1 << 62
+_TICK = EventPriority(2)
+"""simpy priority of the observation tick: after boundaries (0) and arrivals (1) at its instant."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +76,19 @@ class SimResult:
     rejections: dict[int, str]
     steps: int
     events: int
+    kv_bytes_sent: int = 0
+    kv_bytes_received: int = 0
 
 
 class Simulation:
-    """One run of one deployment on one workload."""
+    """One run of one deployment on one workload.
+
+    Args:
+        perf: The performance of every pool's workers (a mapping by pool name, or one for all);
+            derived from the config when omitted. Tests pass simple step-time models here.
+        sample_interval_s: Observe the pools this often for the timeline (a planner samples at
+            its ``metric_pulling_interval_s`` anyway); None: only when a planner does.
+    """
 
     def __init__(
         self,
@@ -63,8 +97,9 @@ class Simulation:
         *,
         seed: int = 0,
         fast_forward: bool = True,
-        perf: DeploymentPerf | None = None,
+        perf: DeploymentPerf | Mapping[str, DeploymentPerf] | None = None,
         speedup: float = 1.0,
+        sample_interval_s: float | None = None,
     ) -> None:
         for i, r in enumerate(requests):
             if r.id != i:
@@ -75,36 +110,54 @@ class Simulation:
                 raise ConfigError(f"requests[{i}].after_id", r.after_id, f"an id in [0, {i})")
         if not (isinstance(speedup, int | float) and 0 < speedup < math.inf):
             raise ConfigError("speedup", speedup, "a finite number > 0")
+        if sample_interval_s is not None and not (
+            isinstance(sample_interval_s, int | float) and 0 < sample_interval_s < math.inf
+        ):
+            raise ConfigError("sample_interval_s", sample_interval_s, "a finite number > 0")
         self.config = config
         self.requests = requests
         self.speedup = float(speedup)
         self.env = simpy.Environment()
         self.rng = np.random.default_rng(seed)
-        if perf is None:
-            from dynosim.perf.deployment import resolve
-
-            perf = resolve(config)
-        self.perf = perf
-        kv_blocks = perf.kv_blocks
-        engine = config.engine
-        self.workers = [
-            EngineWorker(
-                i,
+        perfs = _pool_perfs(config, perf)
+        self.perf = perfs[config.pools()[-1][0]]
+        self.pools: dict[PoolName, WorkerPool] = {}
+        for name, pool in config.pools():
+            router = config.decode_router if name == "decode" else config.router
+            self.pools[name] = WorkerPool(
+                name,
                 self.env,
-                engine=engine,
-                kv=PrefixKVCache(kv_blocks, engine.block_size),
-                timing=perf.timing,
-                on_finish=self._on_finish,
+                tp=pool.tp,
+                workers=pool.workers,
+                engine=pool.engine,
+                perf=perfs[name],
+                router=make_router(config, self.rng, router),
+                on_finish=self._on_prefilled if name == "prefill" else self._on_finish,
                 fast_forward=fast_forward,
             )
-            for i in range(config.workers)
-        ]
-        self.router: Router = make_router(config, self.rng)
+        self.disagg = config.mode == "disagg"
+        self.decode = self.pools["decode"] if self.disagg else self.pools["agg"]
+        self.entry = self.pools["prefill"] if self.disagg else self.pools["agg"]
+        self.links: KVLinks | None = None
+        if self.disagg:
+            from dynosim.perf.deployment import kv_link
+
+            gbps, latency_us = kv_link(config)
+            self.links = KVLinks(
+                bytes_per_token=max(self.entry.perf.kv_bytes_per_token,
+                                    self.decode.perf.kv_bytes_per_token),
+                gbps=gbps,
+                latency_us=latency_us,
+            )  # fmt: skip
         n = len(requests)
         self._arrival_us = np.full(n, -1, dtype=np.int64)
         self._state: list[RunningRequest | None] = [None] * n
+        self._prefill_state: list[RunningRequest | None] = [None] * n
         self._finish_us = np.full(n, -1, dtype=np.int64)
         self._worker = np.full(n, -1, dtype=np.int64)
+        self._prefill_worker = np.full(n, -1, dtype=np.int64)
+        self._transfer_us = np.zeros(n, dtype=np.int64)
+        self.kv_bytes_received = 0
         self.rejections: dict[int, str] = {}
         self._followers: dict[int, list[int]] = {}
         self._heap: list[tuple[int, int]] = []
@@ -116,9 +169,33 @@ class Simulation:
         heapq.heapify(self._heap)
         self._dispatch_at = _NEVER
         self._dispatch_version = 0
-        self._max_kv_tokens = kv_blocks * engine.block_size
-        self._max_prompt = None if engine.enable_chunked_prefill else engine.max_num_batched_tokens
+        self._open = n  # requests neither finished nor rejected
+        self._max_kv_tokens = self.decode.perf.kv_blocks * self.decode.engine.block_size
+        self._entry_kv_tokens = self.entry.perf.kv_blocks * self.entry.engine.block_size
+        e = self.entry.engine
+        self._max_prompt = None if e.enable_chunked_prefill else e.max_num_batched_tokens
+        d = self.decode.engine
+        self._local_prompt = None if d.enable_chunked_prefill else d.max_num_batched_tokens
         self._monitor: MonitorState | None = None
+        self.planner = (
+            Planner(config.planner, self.pools, config.slo) if config.planner is not None else None
+        )
+        pull = sample_interval_s
+        if config.planner is not None:
+            p = config.planner
+            pull = min(p.metric_pulling_interval_s, p.adjustment_interval_s, pull or math.inf)
+            self._adjust_us = _us(p.adjustment_interval_s)
+        self._pull_us = None if pull is None else max(1, _us(pull))
+        self._window = Window()
+        self._next_adjust = 0
+        self._samples: dict[str, list[tuple[int, int, int, int, int, float]]] = {
+            name: [] for name in self.pools
+        }
+
+    @property
+    def workers(self) -> list[EngineWorker]:
+        """Every worker of every pool (prefill pool first), in creation order."""
+        return [w for p in self.pools.values() for w in p.workers]
 
     # ------------------------------------------------------------------ arrivals
     def _push(self, at_us: int, rid: int) -> None:
@@ -147,25 +224,67 @@ class Simulation:
     def _arrive(self, rid: int, now: int) -> None:
         r = self.requests[rid]
         self._arrival_us[rid] = now
+        win = self._window
+        win.arrivals += 1
+        win.input_tokens += r.input_tokens
+        win.output_tokens += r.output_tokens
         reason = self._never_fits(r)
         if reason is not None:
             self.rejections[rid] = reason
+            self._open -= 1
             if self._monitor is not None:
                 self._monitor.on_reject(rid)
             self._release_followers(rid, now)
             return
-        rr = RunningRequest(r, prefix_caching=self.config.engine.enable_prefix_caching)
-        self._state[rid] = rr
-        w = self.router.route(rr, self.workers, now)
-        self._worker[rid] = w
         if self._monitor is not None:
             self._monitor.on_arrival(rid)
-        self.workers[w].enqueue(rr, now)
+        if not self.disagg:
+            self._serve_local(rid, self.decode.route(self._leg(rid), now), now)
+            return
+        if self.config.max_local_prefill_tokens > 0:
+            rr = self._leg(rid)
+            w = self.decode.route(rr, now)
+            if self._local_fits(rr, w):
+                self._serve_local(rid, w, now, rr)
+                return
+        pr = RunningRequest(
+            r, prefix_caching=self.entry.engine.enable_prefix_caching, max_tokens=1
+        )
+        self._prefill_state[rid] = pr
+        pw = self.entry.route(pr, now)
+        self._prefill_worker[rid] = pw.index
+        pw.enqueue(pr, now)
+
+    def _leg(self, rid: int, remote: int = 0) -> RunningRequest:
+        prefix = self.decode.engine.enable_prefix_caching
+        return RunningRequest(self.requests[rid], prefix_caching=prefix, remote=remote)
+
+    def _serve_local(
+        self, rid: int, w: EngineWorker, now: int, rr: RunningRequest | None = None
+    ) -> None:
+        rr = self._leg(rid) if rr is None else rr
+        self._state[rid] = rr
+        self._worker[rid] = w.index
+        w.enqueue(rr, now)
+
+    def _local_fits(self, rr: RunningRequest, w: EngineWorker) -> bool:
+        """Whether the prompt's uncached part on ``w`` is short enough to prefill there."""
+        if self._local_prompt is not None and rr.target > self._local_prompt:
+            return False
+        limit = min(len(rr.hashes), (rr.target - 1) // HASH_BLOCK_TOKENS)
+        hit = w.kv.match(rr.hashes, limit) if limit > 0 else 0
+        return rr.target - hit * HASH_BLOCK_TOKENS <= self.config.max_local_prefill_tokens
 
     def _never_fits(self, r: Request) -> str | None:
         kv_tokens = r.input_tokens + r.output_tokens - 1
+        where = "a decode worker" if self.disagg else "a worker"
         if kv_tokens > self._max_kv_tokens:
-            return f"needs {kv_tokens} KV tokens; a worker holds {self._max_kv_tokens}"
+            return f"needs {kv_tokens} KV tokens; {where} holds {self._max_kv_tokens}"
+        if self.disagg and r.input_tokens > self._entry_kv_tokens:
+            return (
+                f"needs {r.input_tokens} KV tokens to prefill; a prefill worker holds "
+                f"{self._entry_kv_tokens}"
+            )
         if self._max_prompt is not None and r.input_tokens > self._max_prompt:
             return (
                 f"prompt of {r.input_tokens} tokens exceeds max_num_batched_tokens "
@@ -173,9 +292,40 @@ class Simulation:
             )
         return None
 
+    # -------------------------------------------------------------- disaggregation
+    def _on_prefilled(self, pr: RunningRequest, now: int) -> None:
+        """A prefill leg is done: pick the decode worker and send the KV cache to it."""
+        rid = pr.req.id
+        self.entry.check_drained(self.entry.workers[self._prefill_worker[rid]], now)
+        assert self.links is not None
+        remote = pr.req.input_tokens - 1
+        rr = self._leg(rid, remote=remote)
+        rr.cached_tokens = pr.cached_tokens
+        w = self.decode.route(rr, now)
+        self._state[rid] = rr
+        self._worker[rid] = w.index
+        w.incoming += 1
+        w.incoming_blocks += -(-pr.req.input_tokens // w.block_size)
+        arrive = self.links.reserve(w.index, now, remote)
+        self._transfer_us[rid] = arrive - now
+        schedule_timer(self.env, arrive, rid, self._on_transferred, NORMAL)
+
+    def _on_transferred(self, ev: simpy.Event) -> None:
+        rid = ev._value
+        rr = self._state[rid]
+        assert rr is not None and self.links is not None
+        w = self.decode.workers[self._worker[rid]]
+        w.incoming -= 1
+        w.incoming_blocks -= -(-rr.req.input_tokens // w.block_size)
+        self.kv_bytes_received += rr.remote * self.links.bytes_per_token
+        w.enqueue(rr, int(self.env.now))
+
+    # ----------------------------------------------------------------- completion
     def _on_finish(self, rr: RunningRequest, now: int) -> None:
         rid = rr.req.id
         self._finish_us[rid] = now
+        self._open -= 1
+        self.decode.check_drained(self.decode.workers[self._worker[rid]], now)
         self._release_followers(rid, now)
         if self._monitor is not None:
             self._monitor.on_finish(rid, now)
@@ -185,6 +335,24 @@ class Simulation:
             f = self.requests[fid]
             k = self.speedup
             self._push(max(now + _us(f.delay_s / k), _us(f.arrival_s / k)), fid)
+
+    # ---------------------------------------------------------- observation tick
+    def _on_tick(self, ev: simpy.Event) -> None:
+        now = int(self.env.now)
+        win = self._window
+        for name, pool in self.pools.items():
+            s = sample(pool, now)
+            win.samples.setdefault(name, []).append(s)
+            self._samples[name].append(
+                (now, s.provisioned, s.active, s.waiting, s.running, s.kv_usage)
+            )
+        if self.planner is not None and now >= self._next_adjust:
+            self.planner.adjust(now, win)
+            self._window = Window(start_us=now)
+            self._next_adjust = now + self._adjust_us
+        if self._open > 0:
+            assert self._pull_us is not None
+            schedule_timer(self.env, now + self._pull_us, 0, self._on_tick, _TICK)
 
     # ---------------------------------------------------------------------- run
     def run(self, *, warmup_requests: int = 0, stop: SLOMonitor | None = None) -> SimResult:
@@ -209,6 +377,9 @@ class Simulation:
             self._monitor.start()
         if self._heap:
             self._schedule_dispatch(self._heap[0][0])
+        if self._pull_us is not None and self._open > 0:
+            self._next_adjust = self._adjust_us if self.planner is not None else _NEVER
+            schedule_timer(self.env, 0, 0, self._on_tick, _TICK)
         self.env.run()
         wall = time.perf_counter() - start
         records = self._records()
@@ -220,6 +391,7 @@ class Simulation:
                 raise RuntimeError(
                     f"{lost.size} requests neither finished nor rejected: {lost[:5]}"
                 )
+        end_us = int(max(records.finish_us.max(initial=0), records.arrival_us.max(initial=0)))
         metrics = summarize(
             records,
             slo=self.config.slo,
@@ -227,24 +399,88 @@ class Simulation:
             gpu_hour_usd=self.perf.gpu_hour_usd,
             warmup_requests=warmup_requests,
             wall_s=wall,
-            utilization=self._utilization(),
+            utilization=self._utilization(end_us),
             early_stop=early,
             rejected_requests=len(self.rejections),
+            gpu_timeline=self._gpu_timeline() if self.planner is not None else None,
+            pools=self._pool_metrics(records, end_us, warmup_requests),
+            timeline=self._timeline() if self._pull_us is not None else None,
+            scaling_events=sum(p.scaling_events for p in self.pools.values()),
         )
+        workers = [w for p in self.pools.values() for w in p.workers]
         return SimResult(
             records=records,
             metrics=metrics,
             rejections=dict(self.rejections),
-            steps=sum(w.steps for w in self.workers),
-            events=sum(w.events for w in self.workers),
+            steps=sum(w.steps for w in workers),
+            events=sum(w.events for w in workers),
+            kv_bytes_sent=self.links.bytes_sent if self.links is not None else 0,
+            kv_bytes_received=self.kv_bytes_received,
         )
 
-    def _utilization(self) -> float:
+    # ------------------------------------------------------------------ results
+    def _utilization(self, end_us: int) -> float:
         """Busy time of the workers over their provisioned time (0 for an empty run)."""
-        end_us = int(max(self._finish_us.max(initial=0), self._arrival_us.max(initial=0)))
-        if end_us <= 0:
-            return 0.0
-        return sum(w.busy_us for w in self.workers) / (len(self.workers) * end_us)
+        busy = sum(w.busy_us for p in self.pools.values() for w in p.workers)
+        worker_us = sum(_worker_us(p, end_us) for p in self.pools.values())
+        return busy / worker_us if worker_us > 0 else 0.0
+
+    def _gpu_timeline(self) -> GpuTimeline:
+        """Provisioned GPUs of all pools over time."""
+        times = sorted({t for p in self.pools.values() for t, _ in p.gpu_changes})
+        gpus = np.zeros(len(times))
+        for p in self.pools.values():
+            ts = np.array([t for t, _ in p.gpu_changes], dtype=np.int64)
+            gs = np.array([g for _, g in p.gpu_changes], dtype=np.float64)
+            gpus += gs[np.searchsorted(ts, times, side="right") - 1]
+        return GpuTimeline(np.array(times, dtype=np.int64), gpus)
+
+    def _pool_metrics(
+        self, records: RequestRecords, end_us: int, warmup: int
+    ) -> tuple[PoolMetrics, ...]:
+        measured = _measured(records, warmup)
+        out = []
+        for name, pool in self.pools.items():
+            worker_us = _worker_us(pool, end_us)
+            legs = self._prefill_state if name == "prefill" else self._state
+            waits = [
+                (rr.admitted_us - rr.enqueued_us) / 1e3
+                for rid in measured
+                if (rr := legs[rid]) is not None and rr.admitted_us >= 0
+            ]
+            kv = [s[5] for s in self._samples[name]]
+            counts = [g for _, g in pool.gpu_changes]
+            out.append(
+                PoolMetrics(
+                    name=name,
+                    tp=pool.tp,
+                    workers=worker_us / end_us if end_us > 0 else float(len(pool.active)),
+                    peak_workers=max(counts) // pool.tp,
+                    gpus=pool.tp * worker_us / end_us if end_us > 0 else float(pool.gpus),
+                    utilization=(
+                        sum(w.busy_us for w in pool.workers) / worker_us if worker_us else 0.0
+                    ),
+                    queue_time=Stat.of(np.array(waits, dtype=np.float64)),
+                    kv_usage=float(np.mean(kv)) if kv else NAN,
+                    scaling_events=pool.scaling_events,
+                )
+            )
+        return tuple(out)
+
+    def _timeline(self) -> dict[str, object]:
+        """Columns of the pool samples, per pool: time (s), workers, queue, KV usage."""
+        out: dict[str, object] = {}
+        for name, rows in self._samples.items():
+            cols = list(zip(*rows, strict=True)) if rows else [()] * 6
+            out[name] = {
+                "t_s": [t / 1e6 for t in cols[0]],
+                "provisioned_workers": list(cols[1]),
+                "active_workers": list(cols[2]),
+                "waiting": list(cols[3]),
+                "running": list(cols[4]),
+                "kv_usage": list(cols[5]),
+            }
+        return out
 
     def _first_token_us(self, rid: int) -> int:
         rr = self._state[rid]
@@ -260,6 +496,11 @@ class Simulation:
                 first[rid] = rr.first_token_us
                 cached[rid] = rr.cached_tokens
                 preempt[rid] = rr.preemptions
+            pr = self._prefill_state[rid]
+            if pr is not None:
+                preempt[rid] += pr.preemptions
+                if rr is None:
+                    cached[rid] = pr.cached_tokens
         return RequestRecords(
             arrival_us=self._arrival_us.copy(),
             first_token_us=first,
@@ -269,7 +510,53 @@ class Simulation:
             cached_tokens=cached,
             worker=self._worker.copy(),
             preemptions=preempt,
+            prefill_worker=self._prefill_worker.copy(),
+            transfer_us=self._transfer_us.copy(),
         )
+
+
+def _worker_us(pool: WorkerPool, end_us: int) -> float:
+    """Provisioned worker-time of ``pool`` over ``[0, end_us]``."""
+    ts = np.array([t for t, _ in pool.gpu_changes], dtype=np.int64)
+    gs = np.array([g for _, g in pool.gpu_changes], dtype=np.float64) / pool.tp
+    return GpuTimeline(ts, gs).gpu_us(0.0, float(end_us))
+
+
+def _measured(records: RequestRecords, warmup: int) -> list[int]:
+    idx = np.flatnonzero(records.completed)
+    if warmup > 0 and idx.size:
+        order = np.argsort(records.finish_us[idx], kind="stable")
+        idx = np.sort(idx[order[warmup:]])
+    return idx.tolist()  # type: ignore[no-any-return]
+
+
+def _pool_perfs(
+    config: DeploymentConfig, perf: DeploymentPerf | Mapping[str, DeploymentPerf] | None
+) -> dict[PoolName, DeploymentPerf]:
+    """Each pool's performance: given, or resolved from its view of the config.
+
+    Raises:
+        ConfigError, InfeasibleError: as ``resolve``; in disagg mode the field or message
+            names the pool (``decode.tp``, "decode pool: ...").
+    """
+    from dynosim.perf.deployment import DeploymentPerf, resolve
+
+    out: dict[PoolName, DeploymentPerf] = {}
+    for name, _ in config.pools():
+        if isinstance(perf, DeploymentPerf):
+            out[name] = perf
+        elif perf is not None:
+            out[name] = perf[name]
+        elif config.mode == "agg":
+            out[name] = resolve(config)
+        else:
+            try:
+                out[name] = resolve(config.pool_view(name))
+            except ConfigError as exc:
+                raise ConfigError(f"{name}.{exc.field}", exc.value, exc.allowed) from None
+            except InfeasibleError as exc:
+                raise InfeasibleError(f"{name} pool: {exc}") from None
+    return out
 
 
 def _us(seconds: float) -> int:
@@ -296,6 +583,7 @@ def simulate(
     fast_forward: bool = True,
     stop: SLOMonitor | None = None,
     speedup: float = 1.0,
+    sample_interval_s: float | None = None,
 ) -> Metrics:
     """Simulate ``config`` serving ``requests``; the optimizer's only view of the simulator.
 
@@ -308,5 +596,12 @@ def simulate(
         ConfigError: a field is invalid for this model/GPU (e.g. TP does not divide the heads).
         InfeasibleError: the deployment cannot run (e.g. the model does not fit in memory).
     """
-    sim = Simulation(config, requests, seed=seed, fast_forward=fast_forward, speedup=speedup)
+    sim = Simulation(
+        config,
+        requests,
+        seed=seed,
+        fast_forward=fast_forward,
+        speedup=speedup,
+        sample_interval_s=sample_interval_s,
+    )
     return sim.run(warmup_requests=warmup_requests, stop=stop).metrics

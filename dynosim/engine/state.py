@@ -11,6 +11,12 @@ class RunningRequest:
     A request is waiting, prefilling (``computed < target``) or decoding. While decoding, its
     progress is not stored per step: the worker's decode step counter ``S`` gives it, with
     ``generated = g0 + S - s0`` and KV length ``len0 + S - s0``.
+
+    In disaggregated serving a request has two of these: the prefill leg (``max_tokens=1``:
+    it leaves its worker once the prompt is computed, as Dynamo sends a prefill worker the
+    request with ``max_tokens: 1``) and the decode leg, whose first ``remote`` prompt tokens
+    arrive by KV transfer instead of being computed (the decode worker computes the last
+    prompt token, which yields the first output token, as vLLM's NIXL connector does).
     """
 
     __slots__ = (
@@ -22,9 +28,13 @@ class RunningRequest:
         "g0",
         "generated",
         "hashes",
+        "admitted_us",
+        "enqueued_us",
         "len0",
+        "max_tokens",
         "n_units_seen",
         "preemptions",
+        "remote",
         "req",
         "s0",
         "seq",
@@ -32,8 +42,19 @@ class RunningRequest:
         "units",
     )
 
-    def __init__(self, req: Request, *, prefix_caching: bool) -> None:
+    def __init__(
+        self,
+        req: Request,
+        *,
+        prefix_caching: bool,
+        max_tokens: int | None = None,
+        remote: int = 0,
+    ) -> None:
         self.req = req
+        self.max_tokens = req.output_tokens if max_tokens is None else max_tokens
+        self.remote = remote
+        self.enqueued_us = -1
+        self.admitted_us = -1
         full_units = req.input_tokens // HASH_BLOCK_TOKENS
         self.hashes = req.block_hashes[:full_units] if prefix_caching else ()
         self.target = req.input_tokens

@@ -100,12 +100,15 @@ class EngineWorker:
         self.steps = 0
         self.events = 0
         self.busy_us = 0
+        # Requests routed here whose KV is still crossing the link (disaggregated serving).
+        self.incoming = 0
+        self.incoming_blocks = 0
 
     # ----------------------------------------------------------------- views for the router
     @property
     def outstanding(self) -> int:
-        """Requests routed here and not finished."""
-        return len(self.running) + len(self.waiting)
+        """Requests routed here and not finished (those still in KV transfer count too)."""
+        return len(self.running) + len(self.waiting) + self.incoming
 
     @property
     def pending_prefill_blocks(self) -> float:
@@ -121,8 +124,9 @@ class EngineWorker:
     # ----------------------------------------------------------------------- input
     def enqueue(self, rr: RunningRequest, now_us: int) -> None:
         """Accept a routed request at ``now_us``; an idle worker starts a step at once."""
+        rr.enqueued_us = now_us
         self.waiting.append(rr)
-        self.pending_prefill += rr.target
+        self.pending_prefill += rr.target - rr.remote
         if not self.busy:
             self._start_step(now_us)
         elif self._seg_steps > 1:
@@ -159,7 +163,7 @@ class EngineWorker:
                 rr.generated += 1
                 if rr.first_token_us < 0:
                     rr.first_token_us = now
-                if rr.generated >= rr.req.output_tokens:
+                if rr.generated >= rr.max_tokens:
                     self._finish(rr, now)
                 else:
                     self._join_decode(rr)
@@ -194,7 +198,7 @@ class EngineWorker:
             step_prefill.append((rr, chunk))
             shapes.append((chunk, rr.computed))
         if self.waiting and not preempted:
-            left = self._admit(left, step_prefill, shapes)
+            left = self._admit(left, step_prefill, shapes, now)
         self._step_prefill = step_prefill
         n = self.n_decode
         if not step_prefill and n == 0:
@@ -280,6 +284,7 @@ class EngineWorker:
         left: int,
         step_prefill: list[tuple[RunningRequest, int]],
         shapes: list[tuple[int, int]],
+        now: int,
     ) -> int:
         kv, bs, unit = self.kv, self.block_size, self.kv.unit_blocks
         waiting = self.waiting
@@ -288,31 +293,34 @@ class EngineWorker:
             limit = min(len(rr.hashes), (rr.target - 1) // HASH_BLOCK_TOKENS)
             hit = kv.match(rr.hashes, limit) if limit > 0 else 0
             hit_tokens = hit * HASH_BLOCK_TOKENS
-            remaining = rr.target - hit_tokens
+            start = max(hit_tokens, rr.remote)  # transferred KV needs no compute either
+            remaining = rr.target - start
             chunk = min(remaining, left)
             if chunk < remaining and not self.chunked and not rr.preemptions:
                 break  # a recompute after preemption may span steps, or it would never fit
-            need = -(-(hit_tokens + chunk) // bs) - hit * unit
+            need = -(-(start + chunk) // bs) - hit * unit
             hit_units = rr.hashes[:hit]
             pinned = kv.evictable_among(hit_units) * unit if hit else 0
             if need > kv.available - pinned:
                 break
             waiting.popleft()
-            self.pending_prefill -= hit_tokens
+            self.pending_prefill -= start - rr.remote
             kv.acquire(hit_units)
             kv.allocate(need)
             rr.units = list(hit_units)
             rr.n_units_seen = hit
-            rr.computed = hit_tokens
+            rr.computed = start
             rr.blocks = hit * unit + need
             if rr.preemptions == 0:
-                rr.cached_tokens = hit_tokens
+                rr.admitted_us = now
+                if not rr.remote:  # a decode leg keeps the hit of its prefill leg
+                    rr.cached_tokens = hit_tokens
             rr.seq = self._next_seq
             self._next_seq += 1
             self.running[rr.seq] = rr
             self.prefilling.append(rr)
             step_prefill.append((rr, chunk))
-            shapes.append((chunk, hit_tokens))
+            shapes.append((chunk, start))
             left -= chunk
         return left
 
@@ -331,7 +339,7 @@ class EngineWorker:
         self._phase[off % self.block_size] += 1
         self._len_offset += off
         self.n_decode += 1
-        rr.finish_step = self.S + rr.req.output_tokens - rr.g0
+        rr.finish_step = self.S + rr.max_tokens - rr.g0
         heapq.heappush(self._finish_heap, (rr.finish_step, rr.seq, rr))
 
     def _leave_decode(self, rr: RunningRequest) -> None:
@@ -367,6 +375,7 @@ class EngineWorker:
         rr.blocks = 0
         rr.computed = 0
         rr.n_units_seen = 0
+        rr.remote = 0  # the transferred KV is gone: recomputed here
         rr.target = rr.req.input_tokens + rr.generated
         rr.preemptions += 1
         self.waiting.appendleft(rr)

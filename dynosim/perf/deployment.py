@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dynosim.config import DeploymentConfig
+from dynosim.config import (
+    GPUS_PER_NODE,
+    NVLINK_LATENCY_US,
+    RDMA_GBPS,
+    RDMA_LATENCY_US,
+    DeploymentConfig,
+)
 from dynosim.perf.catalog import gpu_spec
 from dynosim.perf.factory import step_time_model
 from dynosim.perf.memory import KVPool, check_feasible
@@ -17,12 +23,14 @@ class DeploymentPerf:
 
     ``resolve`` derives it from a config; tests and what-if studies build one directly (e.g. a
     linear step-time model and a small KV pool), with no memory model behind it (``pool``).
+    ``kv_bytes_per_token`` is what one TP rank stores per token (the KV transfer moves it).
     """
 
     timing: StepTimeModel
     kv_blocks: int
     gpu_hour_usd: float
     pool: KVPool | None = None
+    kv_bytes_per_token: int = 0
 
 
 def resolve(config: DeploymentConfig) -> DeploymentPerf:
@@ -41,4 +49,30 @@ def resolve(config: DeploymentConfig) -> DeploymentPerf:
         kv_blocks=pool.total_kv_blocks,
         gpu_hour_usd=price,
         pool=pool,
+        kv_bytes_per_token=pool.kv_bytes_per_token,
+    )
+
+
+def kv_link(config: DeploymentConfig) -> tuple[float, float]:
+    """Bandwidth (Gb/s per GPU) and per-transfer latency (us) of the KV-transfer link.
+
+    Unset fields take the defaults of the link (see ``KVTransferConfig``): NVLink is the GPU's
+    one-direction NVLink bandwidth from the catalog; ``auto`` picks NVLink when every GPU the
+    deployment can hold fits in one node.
+
+    Raises:
+        ConfigError: unknown GPU.
+    """
+    t = config.kv_transfer
+    link = t.link
+    if link == "auto":
+        link = "nvlink" if config.peak_gpus <= GPUS_PER_NODE else "rdma"
+    if link == "nvlink":
+        gbps = gpu_spec(config.gpu).nvlink_bytes_per_s * 8 / 1e9
+        latency = NVLINK_LATENCY_US
+    else:
+        gbps, latency = RDMA_GBPS, RDMA_LATENCY_US
+    return (
+        t.gbps if t.gbps is not None else gbps,
+        t.latency_us if t.latency_us is not None else latency,
     )

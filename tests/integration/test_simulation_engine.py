@@ -124,13 +124,13 @@ def test_littles_law_with_poisson_arrivals_seeing_time_averages() -> None:
         perf=DeploymentPerf(LinearStepTime(), 20_000, gpu_hour_usd=2.0),
     )
     seen: list[int] = []
-    route = sim.router.route
+    route = sim.entry.router.route
 
     def spy(rr, workers, now):  # type: ignore[no-untyped-def]
         seen.append(sum(w.outstanding for w in workers))
         return route(rr, workers, now)
 
-    sim.router.route = spy  # type: ignore[method-assign]
+    sim.entry.router.route = spy  # type: ignore[method-assign]
     rec = sim.run().records
     latency_s = (rec.finish_us - rec.arrival_us) / 1e6
     span_s = (rec.arrival_us.max() - rec.arrival_us.min()) / 1e6

@@ -1,0 +1,160 @@
+"""The planner: every adjustment interval, set each pool's worker count from what it observed.
+
+It sees what Dynamo's planner sees, sampled every ``metric_pulling_interval_s``: per pool, the
+waiting requests and the KV-cache usage of the active workers; and the requests that arrived
+in the interval (rate, mean input and output lengths). Policies and their defaults are
+described on :class:`dynosim.config.PlannerConfig`. A decision never takes a pool outside its
+``min_workers``/``max_workers`` nor the deployment above ``max_gpus`` (provisioned GPUs, with
+starting and draining workers counted).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from dynosim.cluster.pool import WorkerPool
+from dynosim.config import PlannerConfig, PoolName, SLOConfig
+
+
+@dataclass(slots=True)
+class PoolSample:
+    """One observation of one pool."""
+
+    t_us: int
+    provisioned: int
+    active: int
+    waiting: int
+    running: int
+    kv_usage: float
+
+
+@dataclass(slots=True)
+class Window:
+    """What the planner gathered since its last decision."""
+
+    samples: dict[str, list[PoolSample]] = field(default_factory=dict)
+    arrivals: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    start_us: int = 0
+
+
+def sample(pool: WorkerPool, now_us: int) -> PoolSample:
+    """The pool's state at ``now_us`` (fast-forwarded workers are brought up to it first)."""
+    waiting = running = 0
+    kv = 0.0
+    for w in pool.active:
+        w.sync(now_us)
+        kv += w.kv.used / w.kv.total_blocks
+    for w in (*pool.active, *pool.draining.values()):
+        waiting += len(w.waiting) + w.incoming
+        running += len(w.running)
+    n = len(pool.active)
+    return PoolSample(now_us, pool.provisioned, n, waiting, running, kv / n if n else 0.0)
+
+
+class Planner:
+    """Decides scale-ups and scale-downs; :meth:`adjust` applies them to the pools."""
+
+    def __init__(
+        self, config: PlannerConfig, pools: Mapping[PoolName, WorkerPool], slo: SLOConfig
+    ) -> None:
+        self.config = config
+        self.pools = pools
+        self.slo = slo
+        self.startup_us = round(config.startup_s * 1e6)
+
+    def adjust(self, now_us: int, window: Window) -> None:
+        """Apply one decision per pool, prefill (or agg) first, then decode."""
+        targets = self._targets(now_us, window)
+        for name, pool in self.pools.items():
+            lim = self.config.limits(name)
+            want = min(max(targets[name], lim.min_workers), lim.max_workers)
+            while pool.serving < want and self._fits(pool):
+                pool.add(now_us, self.startup_us)
+            while pool.serving > want and pool.remove(now_us) is not None:
+                pass
+
+    def _fits(self, pool: WorkerPool) -> bool:
+        cap = self.config.max_gpus
+        return cap is None or sum(p.gpus for p in self.pools.values()) + pool.tp <= cap
+
+    def _targets(self, now_us: int, window: Window) -> dict[str, int]:
+        if self.config.policy == "sla":
+            return self._sla_targets(now_us, window)
+        return {name: self._load_target(name, pool, window) for name, pool in self.pools.items()}
+
+    def _load_target(self, name: str, pool: WorkerPool, window: Window) -> int:
+        """One worker more or less than now by Dynamo's load thresholds, or the same."""
+        now = pool.serving
+        samples = window.samples.get(name, [])
+        if pool.starting or not samples:
+            return now  # Dynamo blocks adjustment while a pool is scaling
+        c = self.config
+        queue = sum(s.waiting / max(s.active, 1) for s in samples) / len(samples)
+        kv = sum(s.kv_usage for s in samples) / len(samples)
+        if name == "prefill":
+            up, down = queue > c.queue_scale_up, queue < c.queue_scale_down
+        else:
+            up = kv > c.kv_scale_up or queue > c.queue_scale_up
+            down = kv < c.kv_scale_down and queue < c.queue_scale_down
+        return now + 1 if up else now - 1 if down else now
+
+    def _sla_targets(self, now_us: int, window: Window) -> dict[str, int]:
+        """Workers that carry the last interval's traffic at the SLO (constant predictor)."""
+        span_s = (now_us - window.start_us) / 1e6
+        if window.arrivals == 0 or span_s <= 0:
+            return {name: 0 for name in self.pools}
+        rate = window.arrivals / span_s
+        isl = window.input_tokens / window.arrivals
+        osl = window.output_tokens / window.arrivals
+        prefill_need = {n: rate * isl / prefill_tokens_per_s(p) for n, p in self.pools.items()}
+        decode_need = {
+            n: rate * osl / decode_tokens_per_s(p, isl + osl / 2, self.slo.itl_ms)
+            for n, p in self.pools.items()
+        }
+        out = {}
+        for name in self.pools:
+            if name == "prefill":
+                need = prefill_need[name]
+            elif name == "decode":
+                need = decode_need[name]
+            else:  # one worker time-shares both phases
+                need = prefill_need[name] + decode_need[name]
+            out[name] = math.ceil(need - 1e-9)
+        return out
+
+
+def prefill_tokens_per_s(pool: WorkerPool) -> float:
+    """Prompt tokens one worker computes per second in full ``max_num_batched_tokens`` steps."""
+    chunk = pool.engine.max_num_batched_tokens
+    return chunk / (pool.perf.timing.step_us([(chunk, 0)], 0, 0) / 1e6)
+
+
+def decode_tokens_per_s(pool: WorkerPool, context: float, itl_ms: float | None) -> float:
+    """Output tokens per second of one worker at the largest batch whose step meets ``itl_ms``.
+
+    The batch is also capped by ``max_num_seqs`` and by the KV blocks (``context`` tokens per
+    request); without an ITL bound it is the cap itself.
+    """
+    ctx = max(1, round(context))
+    kv_tokens = pool.perf.kv_blocks * pool.engine.block_size
+    cap = max(1, min(pool.engine.max_num_seqs, kv_tokens // ctx))
+    timing = pool.perf.timing
+
+    def step_us(n: int) -> int:
+        return timing.step_us((), n, n * ctx)
+
+    n = cap
+    if itl_ms is not None and step_us(cap) > itl_ms * 1e3:
+        lo, hi = 1, cap  # the largest n with step_us(n) <= bound (steps grow with n)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if step_us(mid) <= itl_ms * 1e3:
+                lo = mid
+            else:
+                hi = mid - 1
+        n = lo
+    return n / (step_us(n) / 1e6)

@@ -1,0 +1,168 @@
+"""A pool of identical engine workers that can grow and shrink while the simulation runs.
+
+Workers are numbered in creation order and never renumbered. A worker is *starting* (its GPUs
+are provisioned, it takes no traffic until its cold start ends), *active* (routable),
+*draining* (no new requests; it finishes those it holds, then frees its GPUs) or *retired*.
+Routers see the active workers only, in index order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import simpy
+from simpy.events import NORMAL
+
+from dynosim.config import EngineConfig, PoolName
+from dynosim.engine.kv_cache import PrefixKVCache
+from dynosim.engine.state import RunningRequest
+from dynosim.engine.worker import EngineWorker, FinishCallback
+from dynosim.router import Router
+from dynosim.timer import schedule_timer
+
+if TYPE_CHECKING:
+    from dynosim.perf.deployment import DeploymentPerf
+
+
+class WorkerPool:
+    """Engines of one kind (aggregated, prefill or decode), their router and their GPU timeline.
+
+    Attributes:
+        workers: Every worker ever created, by index.
+        active: The routable workers, in index order.
+        starting: Workers provisioned and still in their cold start, by index.
+        draining: Workers that take no new requests and retire once empty, by index.
+        gpu_changes: ``(time_us, provisioned GPUs of the pool from then on)``, in time order.
+        scaling_events: Workers added or drained by the planner.
+    """
+
+    def __init__(
+        self,
+        name: PoolName,
+        env: simpy.Environment,
+        *,
+        tp: int,
+        workers: int,
+        engine: EngineConfig,
+        perf: DeploymentPerf,
+        router: Router,
+        on_finish: FinishCallback,
+        fast_forward: bool,
+    ) -> None:
+        self.name = name
+        self.env = env
+        self.tp = tp
+        self.engine = engine
+        self.perf = perf
+        self.router = router
+        self._on_finish = on_finish
+        self._fast_forward = fast_forward
+        self.workers: list[EngineWorker] = []
+        self.active: list[EngineWorker] = []
+        self.starting: dict[int, EngineWorker] = {}
+        self.draining: dict[int, EngineWorker] = {}
+        self._retired: set[int] = set()
+        self.gpu_changes: list[tuple[int, int]] = [(0, 0)]
+        self.scaling_events = 0
+        self.on_retire: Callable[[EngineWorker, int], None] | None = None
+        for _ in range(workers):
+            self.active.append(self._create(0))
+
+    # ------------------------------------------------------------------ views
+    @property
+    def provisioned(self) -> int:
+        """Workers holding GPUs now (starting, active and draining)."""
+        return len(self.active) + len(self.starting) + len(self.draining)
+
+    @property
+    def serving(self) -> int:
+        """Workers that count towards the pool's size: active and starting (not draining)."""
+        return len(self.active) + len(self.starting)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs provisioned now."""
+        return self.provisioned * self.tp
+
+    def route(self, rr: RunningRequest, now_us: int) -> EngineWorker:
+        """The active worker the pool's router picks for ``rr``."""
+        return self.active[self.router.route(rr, self.active, now_us)]
+
+    # ---------------------------------------------------------------- scaling
+    def add(self, now_us: int, startup_us: int) -> EngineWorker:
+        """Provision a worker now; it takes traffic ``startup_us`` later."""
+        w = self._create(now_us)
+        self.scaling_events += 1
+        if startup_us <= 0:
+            self._activate(w)
+        else:
+            self.starting[w.index] = w
+            schedule_timer(self.env, now_us + startup_us, w.index, self._on_ready, NORMAL)
+        return w
+
+    def remove(self, now_us: int) -> EngineWorker | None:
+        """Shrink by one: cancel the newest starting worker, else drain an active one.
+
+        The drained worker is the active one with the fewest outstanding requests (ties: the
+        newest). The last active worker is never drained (None).
+        """
+        if self.starting:
+            w = self.starting.pop(max(self.starting))
+            self.scaling_events += 1
+            self._retire(w, now_us)
+            return w
+        if len(self.active) <= 1:
+            return None
+        w = min(reversed(self.active), key=lambda x: x.outstanding)
+        self.active.remove(w)
+        self.scaling_events += 1
+        self.draining[w.index] = w
+        self.check_drained(w, now_us)
+        return w
+
+    def check_drained(self, w: EngineWorker, now_us: int) -> None:
+        """Retire ``w`` if it is draining and holds nothing any more."""
+        if w.index in self.draining and w.outstanding == 0:
+            del self.draining[w.index]
+            self._retire(w, now_us)
+
+    # --------------------------------------------------------------- internals
+    def _create(self, now_us: int) -> EngineWorker:
+        engine = self.engine
+        w = EngineWorker(
+            len(self.workers),
+            self.env,
+            engine=engine,
+            kv=PrefixKVCache(self.perf.kv_blocks, engine.block_size),
+            timing=self.perf.timing,
+            on_finish=self._on_finish,
+            fast_forward=self._fast_forward,
+        )
+        self.workers.append(w)
+        self._set_gpus(now_us, self.tp)
+        return w
+
+    def _on_ready(self, ev: simpy.Event) -> None:
+        w = self.starting.pop(ev._value, None)
+        if w is not None:  # not cancelled meanwhile
+            self._activate(w)
+
+    def _activate(self, w: EngineWorker) -> None:
+        at = len(self.active)
+        while at and self.active[at - 1].index > w.index:
+            at -= 1
+        self.active.insert(at, w)
+
+    def _retire(self, w: EngineWorker, now_us: int) -> None:
+        self._retired.add(w.index)
+        self._set_gpus(now_us, -self.tp)
+        if self.on_retire is not None:
+            self.on_retire(w, now_us)
+
+    def _set_gpus(self, now_us: int, delta: int) -> None:
+        t, g = self.gpu_changes[-1]
+        if t == now_us:
+            self.gpu_changes[-1] = (t, g + delta)
+        else:
+            self.gpu_changes.append((now_us, g + delta))
