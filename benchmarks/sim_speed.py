@@ -1,6 +1,6 @@
 """Simulator speed: the Mooncake conversation trace, a high-rate synthetic case, a whole process.
 
-Three figures, all on 8 workers of the same deployment (``BASE``):
+Five figures, all on 8 workers of the same deployment (``BASE``) or its disaggregated twin:
 
 * Mooncake conversation trace (12,031 requests, 59 min): simulated requests per wall second and
   the speed-up over real time for round-robin and KV-aware routing (fast-forward, best of
@@ -8,6 +8,11 @@ Three figures, all on 8 workers of the same deployment (``BASE``):
   agree;
 * high arrival rate: 10,000 Poisson requests at 20 req/s with lognormal lengths (input mean
   1024, output mean 256, sigma 0.6), fast-forward, best of ``--repeat``;
+* disaggregated: the Mooncake trace on 4 prefill + 4 decode workers (KV-aware and round-robin
+  prefill routing, least-loaded decode routing, NVLink transfers), fast-forward, best of
+  ``--repeat``, plus the step-by-step reference on the first N requests;
+* planner: the Mooncake trace on an aggregated pool of 1-8 workers scaled by the load planner
+  (10 s interval, 60 s cold start), fast-forward, plus the step-by-step reference;
 * whole process: ``dynosim simulate examples/llama8b_h200_vllm.yaml --trace <Mooncake>`` as a
   subprocess (pinned to one core with ``taskset -c 0`` when available), simulated seconds per
   process wall second, so start-up (imports, step-time tables, trace parsing) counts. One
@@ -15,7 +20,8 @@ Three figures, all on 8 workers of the same deployment (``BASE``):
   compiles dynosim's modules from source; ``--bytecode-cache`` unsets it for the subprocess, as
   in an ordinary installation.
 
-Run: ``.venv/bin/python benchmarks/sim_speed.py [--repeat 5] [--only mooncake,rate,process]``.
+Run: ``.venv/bin/python benchmarks/sim_speed.py [--repeat 5]
+[--only mooncake,rate,disagg,planner,process]``.
 Step-time tables are built (or loaded from the disk cache) before timing starts.
 """
 
@@ -75,7 +81,9 @@ def main() -> None:
     ap.add_argument("--trace", type=Path, default=TRACE)
     ap.add_argument("--repeat", type=int, default=3, help="runs per case; the best is shown")
     ap.add_argument("--reference-requests", type=int, default=2000)
-    ap.add_argument("--only", default="mooncake,rate,process", help="comma-separated cases")
+    ap.add_argument(
+        "--only", default="mooncake,rate,disagg,planner,process", help="comma-separated cases"
+    )
     ap.add_argument(
         "--bytecode-cache", action="store_true", help="let the subprocess write __pycache__"
     )
@@ -87,6 +95,10 @@ def main() -> None:
         mooncake(args.trace, perf, args.repeat, args.reference_requests)
     if "rate" in cases:
         high_rate(perf, args.repeat)
+    if "disagg" in cases:
+        disagg(args.trace, perf, args.repeat, args.reference_requests)
+    if "planner" in cases:
+        planner(args.trace, perf, args.repeat, args.reference_requests)
     if "process" in cases:
         whole_process(args.trace, args.repeat, bytecode_cache=args.bytecode_cache)
 
@@ -124,6 +136,58 @@ def high_rate(perf: DeploymentPerf, repeat: int) -> None:
         _row(router, "fast-forward", len(requests), _best(cfg, requests, perf, repeat))
 
 
+def disagg(trace: Path, perf: DeploymentPerf, repeat: int, reference: int) -> None:
+    """4 prefill + 4 decode workers on the trace, and the step-by-step reference."""
+    requests = load_trace(trace)
+    print(f"\ndisaggregated, 4 prefill + 4 decode workers: {trace.name}")
+    print(HEADER)
+    pools = {"prefill": perf, "decode": perf}
+    for router in ("round_robin", "kv_aware"):
+        cfg = DeploymentConfig.from_dict(
+            {
+                **{k: v for k, v in BASE.to_dict().items() if k not in ("tp", "workers")},
+                "mode": "disagg",
+                "prefill": {"workers": 4},
+                "decode": {"workers": 4},
+                "router": router,
+                "decode_router": "least_loaded",
+            }
+        )
+        _row(router, "fast-forward", len(requests), _best(cfg, requests, pools, repeat))
+        _reference(cfg, head(requests, reference), pools)
+
+
+def planner(trace: Path, perf: DeploymentPerf, repeat: int, reference: int) -> None:
+    """The load planner scaling 1-8 aggregated workers on the trace."""
+    requests = load_trace(trace)
+    print(f"\nload planner, 1-8 aggregated workers: {trace.name}")
+    print(HEADER)
+    plan = {"policy": "load", "adjustment_interval_s": 10, "startup_s": 60, "max_workers": 8}
+    for router in ("round_robin", "kv_aware"):
+        cfg = DeploymentConfig.from_dict(
+            {**BASE.to_dict(), "workers": 2, "router": router, "planner": plan}
+        )
+        best = _best(cfg, requests, perf, repeat)
+        _row(router, "fast-forward", len(requests), best)
+        print(
+            f"{'':<12} {best.metrics.scaling_events} scaling events, "
+            f"{best.metrics.gpus:.2f} GPUs on average"
+        )
+        _reference(cfg, head(requests, reference), perf)
+
+
+def _reference(
+    cfg: DeploymentConfig,
+    requests: Sequence[Request],
+    perf: DeploymentPerf | dict[str, DeploymentPerf],
+) -> None:
+    fast = Simulation(cfg, requests, perf=perf).run()
+    slow = Simulation(cfg, requests, perf=perf, fast_forward=False).run()
+    _row(cfg.router, "ff (prefix)", len(requests), fast)
+    _row(cfg.router, "step-by-step", len(requests), slow)
+    print(f"{'':<12} identical per-request records: {fast.records.equal(slow.records)}")
+
+
 def whole_process(trace: Path, repeat: int, *, bytecode_cache: bool = False) -> None:
     """``dynosim simulate`` as a subprocess on one core: simulated s per process wall s."""
     exe = Path(sys.executable).with_name("dynosim")
@@ -158,7 +222,10 @@ def whole_process(trace: Path, repeat: int, *, bytecode_cache: bool = False) -> 
 
 
 def _best(
-    cfg: DeploymentConfig, requests: Sequence[Request], perf: DeploymentPerf, repeat: int
+    cfg: DeploymentConfig,
+    requests: Sequence[Request],
+    perf: DeploymentPerf | dict[str, DeploymentPerf],
+    repeat: int,
 ) -> SimResult:
     best: SimResult | None = None
     for _ in range(repeat):

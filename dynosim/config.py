@@ -191,7 +191,9 @@ class PlannerConfig:
     Every ``metric_pulling_interval_s`` the planner samples what a real planner sees (waiting
     requests, KV-cache usage, arrivals, first tokens); every ``adjustment_interval_s`` it
     decides each pool's worker count within ``min_workers``/``max_workers`` (``prefill`` and
-    ``decode`` override them per pool in disagg mode) and ``max_gpus``. A new worker takes
+    ``decode`` override them per pool in disagg mode) and ``max_gpus``; a pool with a worker
+    still starting is left alone (Dynamo's planner blocks adjustment while it scales). A new
+    worker takes
     traffic ``startup_s`` after the decision; a removed one drains (no new requests, it
     finishes what it holds, then frees its GPUs).
 
@@ -199,8 +201,8 @@ class PlannerConfig:
       * ``load``: Dynamo's load-based planner. Scale a pool up by one worker when, averaged
         over the interval, its KV usage exceeds ``kv_scale_up`` or its waiting requests per
         worker exceed ``queue_scale_up`` (a prefill pool looks at its queue only), down by one
-        when both are below their ``*_scale_down``; no change while a worker of the pool is
-        starting. Defaults are Dynamo's (``--decode-kv-scale-up-threshold 0.9``,
+        when both are below their ``*_scale_down``. Defaults are Dynamo's
+        (``--decode-kv-scale-up-threshold 0.9``,
         ``--decode-kv-scale-down-threshold 0.5``, ``--prefill-queue-scale-up-threshold 0.5``,
         ``--prefill-queue-scale-down-threshold 0.2``, ``--metric-pulling-interval 1``,
         ``--adjustment-interval 30``: ai-dynamo/dynamo v0.3 ``docs/architecture/planner.md``).
@@ -210,8 +212,12 @@ class PlannerConfig:
         input/output lengths as those of the last (a constant predictor), and set each pool to
         the workers that carry them: prefill tokens/s per worker at a full
         ``max_num_batched_tokens`` step, and decode tokens/s per worker at the largest batch
-        whose step meets the deployment's ``slo.itl_ms`` (both from the step-time model,
-        as Dynamo's pre-deployment profile gives them).
+        whose step meets the deployment's ``slo.itl_ms`` (both from the step-time model, as
+        Dynamo's pre-deployment profile gives them). As Dynamo does, the estimates are
+        corrected by what the interval showed: the decode ITL target is divided by observed
+        ITL / the model's ITL at the observed batch, and the prefill load is scaled by
+        ``min(1, observed TTFT / the model's prefill time)`` (ai-dynamo/dynamo
+        ``components/planner``, "correction factor").
     """
 
     policy: PlannerPolicy = "load"
@@ -230,9 +236,7 @@ class PlannerConfig:
 
     def __post_init__(self) -> None:
         _choice("planner.policy", self.policy, get_args(PlannerPolicy))
-        _float(
-            "planner.adjustment_interval_s", self.adjustment_interval_s, 0.0, 1e7, open_low=True
-        )
+        _float("planner.adjustment_interval_s", self.adjustment_interval_s, 0.0, 1e7, open_low=True)
         _float(
             "planner.metric_pulling_interval_s",
             self.metric_pulling_interval_s,
@@ -369,7 +373,8 @@ class DeploymentConfig:
     def pools(self) -> tuple[tuple[PoolName, PoolConfig], ...]:
         """The worker pools: ``(("agg", ...),)`` or ``(("prefill", ...), ("decode", ...))``."""
         if self.mode == "disagg":
-            assert self.prefill is not None and self.decode is not None
+            assert self.prefill is not None
+            assert self.decode is not None
             return (("prefill", self.prefill), ("decode", self.decode))
         return (("agg", PoolConfig(tp=self.tp, workers=self.workers, engine=self.engine)),)
 
@@ -411,15 +416,7 @@ class DeploymentConfig:
         In disagg mode a pool's ``engine`` fields are laid over the top-level ``engine``, and
         a top-level ``tp`` or ``workers`` is an error (each pool has its own).
         """
-        if not isinstance(data, Mapping):
-            raise ConfigError("deployment", data, "a mapping of fields")
-        for key in data:
-            if not isinstance(key, str):
-                raise ConfigError(str(key), data[key], "a field name (a string)")
-        top = {f.name for f in fields(cls)}
-        for key, value in data.items():
-            if key not in top:
-                raise ConfigError(str(key), value, "one of " + ", ".join(sorted(top)))
+        _check_keys(data, {f.name for f in fields(cls)})
         kwargs: dict[str, Any] = {}
         for key, value in data.items():
             if key in ("prefill", "decode", "planner"):
@@ -461,6 +458,16 @@ class DeploymentConfig:
         return out
 
 
+def _check_keys(data: object, top: set[str]) -> None:
+    if not isinstance(data, Mapping):
+        raise ConfigError("deployment", data, "a mapping of fields")
+    for key, value in data.items():
+        if not isinstance(key, str):
+            raise ConfigError(str(key), value, "a field name (a string)")
+        if key not in top:
+            raise ConfigError(key, value, "one of " + ", ".join(sorted(top)))
+
+
 def _plain(v: object) -> Any:
     if _is_dc(v):
         return {g.name: _plain(getattr(v, g.name)) for g in fields(v)}  # type: ignore[arg-type]
@@ -482,7 +489,6 @@ def _mapping(key: str, value: object) -> Mapping[str, Any]:
 
 
 def _section(key: str, value: object, sub: type) -> Any:
-    value = _mapping(key, value)
     names = _names(sub)
     if not isinstance(value, Mapping):
         raise ConfigError(key, value, "a mapping of " + ", ".join(names))

@@ -247,9 +247,7 @@ class Simulation:
             if self._local_fits(rr, w):
                 self._serve_local(rid, w, now, rr)
                 return
-        pr = RunningRequest(
-            r, prefix_caching=self.entry.engine.enable_prefix_caching, max_tokens=1
-        )
+        pr = RunningRequest(r, prefix_caching=self.entry.engine.enable_prefix_caching, max_tokens=1)
         self._prefill_state[rid] = pr
         pw = self.entry.route(pr, now)
         self._prefill_worker[rid] = pw.index
@@ -313,7 +311,8 @@ class Simulation:
     def _on_transferred(self, ev: simpy.Event) -> None:
         rid = ev._value
         rr = self._state[rid]
-        assert rr is not None and self.links is not None
+        assert rr is not None
+        assert self.links is not None
         w = self.decode.workers[self._worker[rid]]
         w.incoming -= 1
         w.incoming_blocks -= -(-rr.req.input_tokens // w.block_size)
@@ -325,6 +324,12 @@ class Simulation:
         rid = rr.req.id
         self._finish_us[rid] = now
         self._open -= 1
+        win = self._window
+        win.finished += 1
+        win.ttft_us += rr.first_token_us - self._arrival_us[rid]
+        if rr.req.output_tokens > 1:
+            win.decoded += 1
+            win.itl_us += (now - rr.first_token_us) / (rr.req.output_tokens - 1)
         self.decode.check_drained(self.decode.workers[self._worker[rid]], now)
         self._release_followers(rid, now)
         if self._monitor is not None:
@@ -527,7 +532,8 @@ def _measured(records: RequestRecords, warmup: int) -> list[int]:
     if warmup > 0 and idx.size:
         order = np.argsort(records.finish_us[idx], kind="stable")
         idx = np.sort(idx[order[warmup:]])
-    return idx.tolist()  # type: ignore[no-any-return]
+    out: list[int] = idx.tolist()
+    return out
 
 
 def _pool_perfs(

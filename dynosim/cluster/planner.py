@@ -39,6 +39,10 @@ class Window:
     input_tokens: int = 0
     output_tokens: int = 0
     start_us: int = 0
+    finished: int = 0
+    ttft_us: int = 0
+    decoded: int = 0  # requests with more than one output token among the finished
+    itl_us: float = 0.0
 
 
 def sample(pool: WorkerPool, now_us: int) -> PoolSample:
@@ -70,6 +74,8 @@ class Planner:
         """Apply one decision per pool, prefill (or agg) first, then decode."""
         targets = self._targets(now_us, window)
         for name, pool in self.pools.items():
+            if pool.starting:
+                continue  # Dynamo blocks adjustment while a pool is scaling
             lim = self.config.limits(name)
             want = min(max(targets[name], lim.min_workers), lim.max_workers)
             while pool.serving < want and self._fits(pool):
@@ -90,8 +96,8 @@ class Planner:
         """One worker more or less than now by Dynamo's load thresholds, or the same."""
         now = pool.serving
         samples = window.samples.get(name, [])
-        if pool.starting or not samples:
-            return now  # Dynamo blocks adjustment while a pool is scaling
+        if not samples:
+            return now
         c = self.config
         queue = sum(s.waiting / max(s.active, 1) for s in samples) / len(samples)
         kv = sum(s.kv_usage for s in samples) / len(samples)
@@ -106,16 +112,21 @@ class Planner:
         """Workers that carry the last interval's traffic at the SLO (constant predictor)."""
         span_s = (now_us - window.start_us) / 1e6
         if window.arrivals == 0 or span_s <= 0:
-            return {name: 0 for name in self.pools}
+            return dict.fromkeys(self.pools, 0)
         rate = window.arrivals / span_s
         isl = window.input_tokens / window.arrivals
         osl = window.output_tokens / window.arrivals
-        prefill_need = {n: rate * isl / prefill_tokens_per_s(p) for n, p in self.pools.items()}
-        decode_need = {
-            n: rate * osl / decode_tokens_per_s(p, isl + osl / 2, self.slo.itl_ms)
-            for n, p in self.pools.items()
-        }
-        out = {}
+        ctx = isl + osl / 2
+        prefill_need: dict[str, float] = {}
+        decode_need: dict[str, float] = {}
+        for n, p in self.pools.items():
+            p_corr = min(1.0, self._prefill_correction(p, window, isl))
+            prefill_need[n] = rate * isl * p_corr / prefill_tokens_per_s(p)
+            itl_ms = self.slo.itl_ms
+            if itl_ms is not None:
+                itl_ms /= self._decode_correction(n, p, window, ctx)
+            decode_need[n] = rate * osl / decode_tokens_per_s(p, ctx, itl_ms)
+        out: dict[str, int] = {}
         for name in self.pools:
             if name == "prefill":
                 need = prefill_need[name]
@@ -125,6 +136,25 @@ class Planner:
                 need = prefill_need[name] + decode_need[name]
             out[name] = math.ceil(need - 1e-9)
         return out
+
+    @staticmethod
+    def _prefill_correction(pool: WorkerPool, window: Window, isl: float) -> float:
+        """Observed mean TTFT over the model's time to prefill a mean prompt alone (1 if unseen)."""
+        if window.finished == 0:
+            return 1.0
+        alone_us = pool.perf.timing.step_us([(max(1, round(isl)), 0)], 0, 0)
+        return (window.ttft_us / window.finished) / alone_us
+
+    def _decode_correction(self, name: str, pool: WorkerPool, window: Window, ctx: float) -> float:
+        """Observed mean ITL over the model's step at the observed batch (>= 1; 1 if unseen)."""
+        samples = window.samples.get(name, [])
+        if window.decoded == 0 or not samples:
+            return 1.0
+        batch = sum(s.running / max(s.active, 1) for s in samples) / len(samples)
+        n = max(1, round(batch))
+        c = max(1, round(ctx))
+        expected_us = pool.perf.timing.step_us((), n, n * c)
+        return max(1.0, (window.itl_us / window.decoded) / expected_us)
 
 
 def prefill_tokens_per_s(pool: WorkerPool) -> float:

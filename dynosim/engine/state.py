@@ -20,16 +20,16 @@ class RunningRequest:
     """
 
     __slots__ = (
+        "admitted_us",
         "blocks",
         "cached_tokens",
         "computed",
+        "enqueued_us",
         "finish_step",
         "first_token_us",
         "g0",
         "generated",
         "hashes",
-        "admitted_us",
-        "enqueued_us",
         "len0",
         "max_tokens",
         "n_units_seen",

@@ -26,6 +26,17 @@ def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace-speedup", type=float, default=1.0, help="replay X times faster")
     p.add_argument("--max-requests", type=int, help="keep only the first N requests")
     p.add_argument(
+        "--timeline",
+        type=Path,
+        help="write an HTML plot of workers, queues, TTFT and KV usage over time here",
+    )
+    p.add_argument(
+        "--timeline-interval",
+        type=float,
+        default=1.0,
+        help="seconds between timeline samples (default 1; a planner samples at its own pace)",
+    )
+    p.add_argument(
         "--step-by-step",
         action="store_true",
         help="reference mode: one event per engine step (slow; same results)",
@@ -55,13 +66,23 @@ def run(args: argparse.Namespace) -> int:
 
     console = make_console()
     config = load_deployment(args.deployment)
+    interval = args.timeline_interval
+    if not (math.isfinite(interval) and interval > 0):
+        raise DynosimError(f"--timeline-interval: got {interval}; allowed: a number of seconds > 0")
     workload = load_workload(args)
     with console.status(f"simulating {len(workload.requests):,} requests..."):
         sim = Simulation(
-            config, workload.requests, seed=args.seed, fast_forward=not args.step_by_step
+            config,
+            workload.requests,
+            seed=args.seed,
+            fast_forward=not args.step_by_step,
+            sample_interval_s=interval if args.timeline is not None else None,
         )
         result = sim.run(warmup_requests=workload.warmup_requests)
-    console.print(metrics_table(result.metrics, title=f"{args.deployment.name} on {workload.name}"))
+    title = f"{args.deployment.name} on {workload.name}"
+    console.print(metrics_table(result.metrics, title=title))
+    if len(result.metrics.pools) > 1 or config.planner is not None:
+        console.print(pools_table(result.metrics))
     if result.rejections:
         first = next(iter(result.rejections.items()))
         console.print(
@@ -81,7 +102,37 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise DynosimError(f"--json {args.json}: {exc.strerror or exc}") from None
         console.print(f"metrics written to {args.json}")
+    if args.timeline is not None:
+        from search.timeline_plot import write_timeline
+
+        try:
+            write_timeline(result, args.timeline, title=title)
+        except OSError as exc:
+            raise DynosimError(f"--timeline {args.timeline}: {exc.strerror or exc}") from None
+        console.print(f"timeline written to {args.timeline}")
     return 0
+
+
+def pools_table(m: Metrics) -> Any:
+    """Per-pool figures: workers, GPUs, utilisation, queueing, KV usage, scaling."""
+    from rich.table import Table
+
+    t = Table(title="pools", title_justify="left")
+    for col in ("pool", "tp", "workers (avg)", "peak", "GPUs (avg)", "utilization",
+                "queue avg ms", "queue p90 ms", "KV usage", "scaling events"):  # fmt: skip
+        t.add_column(col, justify="left" if col == "pool" else "right", no_wrap=True)
+    for p in m.pools:
+        t.add_row(
+            p.name, str(p.tp), f"{p.workers:.2f}", str(p.peak_workers), f"{p.gpus:.2f}",
+            f"{p.utilization:.1%}", f"{p.queue_time.avg:,.1f}", f"{p.queue_time.p90:,.1f}",
+            "-" if math.isnan(p.kv_usage) else f"{p.kv_usage:.1%}", str(p.scaling_events),
+        )  # fmt: skip
+    if m.kv_transfer_time.avg == m.kv_transfer_time.avg:  # not NaN: there were transfers
+        s = m.kv_transfer_time
+        t.caption = (
+            f"KV transfer (ms, in TTFT): avg {s.avg:,.2f}, p90 {s.p90:,.2f}, max {s.max:,.2f}"
+        )
+    return t
 
 
 def metrics_table(m: Metrics, *, title: str) -> Any:
@@ -104,11 +155,13 @@ def metrics_table(m: Metrics, *, title: str) -> Any:
         ("output_token_throughput_per_gpu", "tok/s", m.output_token_throughput_per_gpu),
         ("goodput", "req/s", m.goodput),
         ("prefix_cache_hit_rate", "", m.prefix_cache_hit_rate),
+        ("gpus", "", m.gpus),
         ("gpu_hours", "h", m.gpu_hours),
         ("cost_per_million_output_tokens", "$", m.cost_per_million_output_tokens),
         ("completed_requests", "", m.completed_requests),
         ("rejected_requests", "", m.rejected_requests),
         ("preemptions", "", m.preemptions),
+        ("scaling_events", "", m.scaling_events),
         ("simulated_duration_s", "s", m.simulated_duration_s),
         ("wall_s", "s", m.wall_s),
         ("speed-up over real time", "x", m.speedup),

@@ -7,6 +7,11 @@ times. Every case must give identical per-request records and per-worker busy ti
 modes and leave no KV block held and no request behind. Cases 72, 174 and 221 once caught a
 prefix eviction that made a waiting request admissible in the middle of a fast-forwarded
 segment.
+
+Cluster cases add disaggregated pools (their own engines and sizes, slow and fast KV links,
+conditional disaggregation, every decode router) and planners (load and SLA policies, short
+intervals and cold starts, per-pool limits, a GPU ceiling): the same per-request records, the
+same scaling decisions (each pool's provisioned-GPU timeline) and the same KV bytes moved.
 """
 
 from __future__ import annotations
@@ -24,10 +29,20 @@ from tests.conftest import make_requests
 
 
 def _run(
-    cfg: DeploymentConfig, reqs: list[Request], kv_blocks: int, ff: bool
+    cfg: DeploymentConfig,
+    reqs: list[Request],
+    kv_blocks: int | dict[str, int],
+    ff: bool,
+    *,
+    timelines: list[object] | None = None,
 ) -> tuple[SimResult, list[int]]:
-    """The result and each worker's ``busy_us``."""
-    perf = DeploymentPerf(LinearStepTime(), kv_blocks, gpu_hour_usd=1.0)
+    """The result and each worker's ``busy_us`` (``timelines`` gets each pool's GPU changes)."""
+    blocks = kv_blocks if isinstance(kv_blocks, dict) else {n: kv_blocks for n, _ in cfg.pools()}
+    perf = {
+        name: DeploymentPerf(LinearStepTime(), blocks[name], gpu_hour_usd=1.0,
+                             kv_bytes_per_token=4096)
+        for name, _ in cfg.pools()
+    }  # fmt: skip
     sim = Simulation(cfg, reqs, fast_forward=ff, perf=perf)
     res = sim.run()
     for w in sim.workers:
@@ -35,7 +50,11 @@ def _run(
         assert w.kv.used == 0
         assert not w.running
         assert not w.waiting
+        assert w.incoming == 0
+        assert w.incoming_blocks == 0
         assert 0 <= w.busy_us <= sim.env.now
+    if timelines is not None:
+        timelines.extend(p.gpu_changes for p in sim.pools.values())
     return res, [w.busy_us for w in sim.workers]
 
 
@@ -78,12 +97,109 @@ def _case(n: int, *, chunked: bool | None = None) -> tuple[DeploymentConfig, lis
     return cfg, reqs, max(1, kv * 16 // bs)
 
 
-def _check(cfg: DeploymentConfig, reqs: list[Request], kv_blocks: int) -> None:
-    fast, fast_busy = _run(cfg, reqs, kv_blocks, ff=True)
-    slow, slow_busy = _run(cfg, reqs, kv_blocks, ff=False)
+def _check(
+    cfg: DeploymentConfig, reqs: list[Request], kv_blocks: int | dict[str, int]
+) -> SimResult:
+    fast_tl: list[object] = []
+    slow_tl: list[object] = []
+    fast, fast_busy = _run(cfg, reqs, kv_blocks, ff=True, timelines=fast_tl)
+    slow, slow_busy = _run(cfg, reqs, kv_blocks, ff=False, timelines=slow_tl)
     assert fast.records.equal(slow.records)
     assert fast_busy == slow_busy
+    assert fast_tl == slow_tl
+    assert fast.kv_bytes_sent == slow.kv_bytes_sent == fast.kv_bytes_received
+    assert fast.metrics.scaling_events == slow.metrics.scaling_events
     assert fast.metrics.completed_requests + fast.metrics.rejected_requests == len(reqs)
+    return fast
+
+
+def _engine(r: random.Random) -> dict[str, object]:
+    bs = r.choice([16, 32, 64, 256])
+    seqs = r.choice([1, 4, 16, 64])
+    return {
+        "max_num_seqs": seqs,
+        "max_num_batched_tokens": max(seqs, r.choice([seqs * 2, 512, 2048])),
+        "block_size": bs,
+        "enable_prefix_caching": r.random() < 0.7,
+        "enable_chunked_prefill": r.random() < 0.8,
+    }
+
+
+def _cluster_case(n: int) -> tuple[DeploymentConfig, list[Request], dict[str, int]]:
+    """A random disaggregated and/or planned deployment, with a workload that bursts."""
+    r = random.Random(10_000 + n)
+    disagg = r.random() < 0.7
+    routers = ["round_robin", "random", "least_loaded", "kv_aware", "kv_load"]
+    data: dict[str, object] = {"model": "x", "gpu": "h200_sxm", "router": r.choice(routers)}
+    if disagg:
+        data |= {
+            "mode": "disagg",
+            "prefill": {"workers": r.choice([1, 2]), "engine": _engine(r)},
+            "decode": {"workers": r.choice([1, 2, 3]), "engine": _engine(r)},
+            "decode_router": r.choice(routers),
+            "kv_transfer": {"gbps": r.choice([0.5, 10.0, 400.0]),
+                            "latency_us": r.choice([0, 20, 5000])},
+            "max_local_prefill_tokens": r.choice([0, 0, 64, 600]),
+        }  # fmt: skip
+        pools = ["prefill", "decode"]
+    else:
+        data |= {"workers": r.choice([1, 2]), "engine": _engine(r)}
+        pools = ["agg"]
+    if not disagg or r.random() < 0.6:
+        lo = 1
+        hi = r.choice([1, 2, 4])
+        planner: dict[str, object] = {
+            "policy": r.choice(["load", "sla"]),
+            "adjustment_interval_s": r.choice([0.05, 0.2, 1.0]),
+            "metric_pulling_interval_s": r.choice([0.01, 0.05]),
+            "startup_s": r.choice([0.0, 0.03, 0.5]),
+            "min_workers": lo,
+            "max_workers": hi,
+            "kv_scale_up": r.choice([0.05, 0.9]),
+            "kv_scale_down": 0.01,
+            "queue_scale_up": r.choice([0.2, 2.0]),
+            "queue_scale_down": 0.1,
+        }
+        if r.random() < 0.3:
+            planner["max_gpus"] = len(pools) + 1
+        data["planner"] = planner
+        for name in pools:  # start within the limits
+            section = data[name] if disagg else data
+            assert isinstance(section, dict)
+            section["workers"] = min(max(section["workers"], lo), hi)
+        if "max_gpus" in planner:
+            for name in pools:
+                section = data[name] if disagg else data
+                assert isinstance(section, dict)
+                section["workers"] = 1
+    cfg = DeploymentConfig.from_dict(data)
+    chunked = all(p.engine.enable_chunked_prefill for _, p in cfg.pools())
+    budget = min(p.engine.max_num_batched_tokens for _, p in cfg.pools())
+    reqs = make_requests(
+        r.choice([30, 80, 160]),
+        rate_rps=r.choice([20, 200, 2000]),
+        seed=n,
+        input_range=(1, r.choice([50, 600, 3000]) if chunked else max(2, budget)),
+        output_range=(1, r.choice([2, 20, 300])),
+        closed_loop=r.choice([None, None, 4]),
+        groups=r.choice([1, 3, 50]),
+    )
+    if r.random() < 0.4:
+        reqs = [replace(q, arrival_s=round(q.arrival_s, 1)) for q in reqs]
+    blocks = {}
+    for name, pool in cfg.pools():
+        kv = r.choice([20, 60, 300, 5000])
+        blocks[name] = max(1, kv * 16 // pool.engine.block_size)
+    return cfg, reqs, blocks
+
+
+@pytest.mark.parametrize("start", range(0, 160, 40))
+def test_fast_forward_equals_stepping_with_pools_transfers_and_planners(start: int) -> None:
+    scaled = 0
+    for n in range(start, start + 40):
+        res = _check(*_cluster_case(n))
+        scaled += res.metrics.scaling_events > 0
+    assert scaled > 0  # the cases do exercise scaling
 
 
 @pytest.mark.parametrize("start", range(0, 240, 40))
