@@ -367,8 +367,12 @@ class DeploymentConfig:
             raise ConfigError(
                 "planner.max_gpus", planner.max_gpus, f">= the initial GPUs ({self.gpus})"
             )
-        if self.mode == "agg" and (planner.prefill or planner.decode):
-            raise ConfigError("planner.prefill", "limits", "pool limits only with mode: disagg")
+        if self.mode == "agg":
+            for name in ("prefill", "decode"):
+                if getattr(planner, name) is not None:
+                    raise ConfigError(
+                        f"planner.{name}", "limits", "pool limits only with mode: disagg"
+                    )
 
     def pools(self) -> tuple[tuple[PoolName, PoolConfig], ...]:
         """The worker pools: ``(("agg", ...),)`` or ``(("prefill", ...), ("decode", ...))``."""

@@ -10,7 +10,9 @@ the decode router at that moment; its KV cache crosses that worker's ingress lin
 *decode leg* joins the worker's queue (admitted only when its KV blocks fit). With
 ``max_local_prefill_tokens > 0`` the decode router picks a worker at arrival, and a prompt whose
 uncached part there is at most that long is served by it like an aggregated request (as
-Dynamo's conditional disaggregation decides on the decode worker's prefix hit).
+Dynamo's conditional disaggregation decides on the decode worker's prefix hit); a longer one is
+prefilled remotely and its KV goes to that same decode worker, where it counts as incoming from
+its arrival.
 
 Pool observations (the planner's, and the timeline's) are taken by a periodic tick that runs
 after every other event of its instant.
@@ -35,7 +37,7 @@ import numpy as np
 import simpy
 from simpy.events import NORMAL, EventPriority
 
-from dynosim.cluster.planner import Planner, Window, sample
+from dynosim.cluster.planner import Planner, PoolSample, Window, sample
 from dynosim.cluster.pool import WorkerPool
 from dynosim.cluster.transfer import KVLinks
 from dynosim.config import DeploymentConfig, PoolName
@@ -180,12 +182,16 @@ class Simulation:
         self.planner = (
             Planner(config.planner, self.pools, config.slo) if config.planner is not None else None
         )
-        pull = sample_interval_s
+        # The planner samples at its own pace; the timeline at sample_interval_s if given,
+        # else it is the planner's samples. Sampling only reads state (and brings a
+        # fast-forwarded worker's KV up to date, as routing does), so it changes nothing.
+        self._plan_us: int | None = None
         if config.planner is not None:
             p = config.planner
-            pull = min(p.metric_pulling_interval_s, p.adjustment_interval_s, pull or math.inf)
+            pull = min(p.metric_pulling_interval_s, p.adjustment_interval_s)
+            self._plan_us = max(1, _us(pull))
             self._adjust_us = _us(p.adjustment_interval_s)
-        self._pull_us = None if pull is None else max(1, _us(pull))
+        self._sample_us = None if sample_interval_s is None else max(1, _us(sample_interval_s))
         self._window = Window()
         self._next_adjust = 0
         self._samples: dict[str, list[tuple[int, int, int, int, int, float]]] = {
@@ -247,6 +253,9 @@ class Simulation:
             if self._local_fits(rr, w):
                 self._serve_local(rid, w, now, rr)
                 return
+            # Remote: the decode worker stays the one chosen now (Dynamo's conditional
+            # disaggregation: the decode worker that received the request waits for its KV).
+            self._commit(rid, w)
         pr = RunningRequest(r, prefix_caching=self.entry.engine.enable_prefix_caching, max_tokens=1)
         self._prefill_state[rid] = pr
         pw = self.entry.route(pr, now)
@@ -299,14 +308,21 @@ class Simulation:
         remote = pr.req.input_tokens - 1
         rr = self._leg(rid, remote=remote)
         rr.cached_tokens = pr.cached_tokens
-        w = self.decode.route(rr, now)
+        if self._worker[rid] >= 0:
+            w = self.decode.workers[self._worker[rid]]
+        else:
+            w = self.decode.route(rr, now)
+            self._commit(rid, w)
         self._state[rid] = rr
-        self._worker[rid] = w.index
-        w.incoming += 1
-        w.incoming_blocks += -(-pr.req.input_tokens // w.block_size)
         arrive = self.links.reserve(w.index, now, remote)
         self._transfer_us[rid] = arrive - now
         schedule_timer(self.env, arrive, rid, self._on_transferred, NORMAL)
+
+    def _commit(self, rid: int, w: EngineWorker) -> None:
+        """Assign decode worker ``w`` to remote request ``rid``; it counts there from now."""
+        self._worker[rid] = w.index
+        w.incoming += 1
+        w.incoming_blocks += -(-self.requests[rid].input_tokens // w.block_size)
 
     def _on_transferred(self, ev: simpy.Event) -> None:
         rid = ev._value
@@ -342,22 +358,36 @@ class Simulation:
             self._push(max(now + _us(f.delay_s / k), _us(f.arrival_s / k)), fid)
 
     # ---------------------------------------------------------- observation tick
-    def _on_tick(self, ev: simpy.Event) -> None:
+    def _on_plan_tick(self, ev: simpy.Event) -> None:
+        """The planner's sample, and its decision when one is due."""
         now = int(self.env.now)
         win = self._window
         for name, pool in self.pools.items():
             s = sample(pool, now)
             win.samples.setdefault(name, []).append(s)
-            self._samples[name].append(
-                (now, s.provisioned, s.active, s.waiting, s.running, s.kv_usage)
-            )
-        if self.planner is not None and now >= self._next_adjust:
+            if self._sample_us is None:
+                self._record(name, s)
+        assert self.planner is not None
+        assert self._plan_us is not None
+        if now >= self._next_adjust:
             self.planner.adjust(now, win)
             self._window = Window(start_us=now)
             self._next_adjust = now + self._adjust_us
         if self._open > 0:
-            assert self._pull_us is not None
-            schedule_timer(self.env, now + self._pull_us, 0, self._on_tick, _TICK)
+            schedule_timer(self.env, now + self._plan_us, 0, self._on_plan_tick, _TICK)
+
+    def _on_sample_tick(self, ev: simpy.Event) -> None:
+        """A timeline sample."""
+        now = int(self.env.now)
+        for name, pool in self.pools.items():
+            self._record(name, sample(pool, now))
+        if self._open > 0:
+            assert self._sample_us is not None
+            schedule_timer(self.env, now + self._sample_us, 0, self._on_sample_tick, _TICK)
+
+    def _record(self, name: str, s: PoolSample) -> None:
+        self._samples[name].append((s.t_us, s.provisioned, s.active, s.waiting, s.running,
+                                    s.kv_usage))  # fmt: skip
 
     # ---------------------------------------------------------------------- run
     def run(self, *, warmup_requests: int = 0, stop: SLOMonitor | None = None) -> SimResult:
@@ -382,9 +412,11 @@ class Simulation:
             self._monitor.start()
         if self._heap:
             self._schedule_dispatch(self._heap[0][0])
-        if self._pull_us is not None and self._open > 0:
-            self._next_adjust = self._adjust_us if self.planner is not None else _NEVER
-            schedule_timer(self.env, 0, 0, self._on_tick, _TICK)
+        if self._plan_us is not None and self._open > 0:
+            self._next_adjust = self._adjust_us
+            schedule_timer(self.env, 0, 0, self._on_plan_tick, _TICK)
+        if self._sample_us is not None and self._open > 0:
+            schedule_timer(self.env, 0, 0, self._on_sample_tick, _TICK)
         self.env.run()
         wall = time.perf_counter() - start
         records = self._records()
@@ -409,7 +441,7 @@ class Simulation:
             rejected_requests=len(self.rejections),
             gpu_timeline=self._gpu_timeline() if self.planner is not None else None,
             pools=self._pool_metrics(records, end_us, warmup_requests),
-            timeline=self._timeline() if self._pull_us is not None else None,
+            timeline=self._timeline() if self._plan_us or self._sample_us else None,
             scaling_events=sum(p.scaling_events for p in self.pools.values()),
         )
         workers = [w for p in self.pools.values() for w in p.workers]

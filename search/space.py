@@ -13,8 +13,11 @@ A space file is data::
                             grid: [32, 128, 512]}
       engine.gpu_memory_utilization: {type: float, low: 0.8, high: 0.95, step: 0.05}
 
-Knob names are dotted paths into :class:`dynosim.config.DeploymentConfig` fields. ``when`` makes
-a knob exist only when earlier knobs have one of the given values. ``grid`` lists the values the
+Knob names are dotted paths into :class:`dynosim.config.DeploymentConfig` fields, of any depth
+(``prefill.engine.max_num_batched_tokens``, ``planner.decode.max_workers``); with a ``mode``
+knob, scope each mode's fields to it (``tp: {..., when: {mode: agg}}``, ``prefill.tp: {...,
+when: {mode: disagg}}``). ``when`` makes a knob exist only when earlier knobs have one of the
+given values. ``grid`` lists the values the
 grid baseline enumerates when the domain itself is too large or continuous. Knobs are ordered as
 written; a condition may only refer to an earlier knob.
 """

@@ -26,10 +26,8 @@ class KVLinks:
         self.transfers = 0
 
     def duration_us(self, tokens: int) -> int:
-        """Time on the link of ``tokens`` tokens' KV cache (at least 1 us when there is any)."""
-        if tokens <= 0:
-            return 0
-        return max(1, math.ceil(self.latency_us + tokens * self.bytes_per_token * self.us_per_byte))
+        """Time on the link of ``tokens`` tokens' KV cache (the latency alone for none)."""
+        return math.ceil(self.latency_us + max(0, tokens) * self.bytes_per_token * self.us_per_byte)
 
     def reserve(self, worker: int, now_us: int, tokens: int) -> int:
         """Queue a transfer of ``tokens`` into decode worker ``worker``; when it arrives."""

@@ -27,7 +27,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
         "--format", choices=["text", "json"], default="text", help="output format (default text)"
     )
     parser.add_argument(
-        "--out", type=Path, help="directory to write the TRT-LLM YAML (trtllm backend) into"
+        "--out", type=Path, help="directory to write the TRT-LLM YAML(s) (trtllm backend) into"
     )
 
 
@@ -64,14 +64,17 @@ def run(args: argparse.Namespace) -> int:
     export = export_trial(
         config, study_dict, info, workload_spec=spec, workload_error=spec_error, yaml_dir=out_dir
     )
-    if args.out is not None and export.trtllm_yaml is not None:
-        path = Path(export.trtllm_yaml_path or out_dir)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(export.trtllm_yaml)
-        except OSError as exc:
-            raise DynosimError(f"--out {args.out}: {exc.strerror or exc}") from None
-        export = replace(export, files=(str(path),))
+    if args.out is not None and export.yaml_files():
+        written = []
+        for name, text in export.yaml_files():
+            path = Path(name)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+            except OSError as exc:
+                raise DynosimError(f"--out {args.out}: {exc.strerror or exc}") from None
+            written.append(str(path))
+        export = replace(export, files=tuple(written))
     if args.format == "json":
         print(json.dumps(export.to_dict(), indent=2))
     else:

@@ -406,8 +406,8 @@ def test_infeasible_trial_still_exports() -> None:
 def test_text_and_json_forms_agree() -> None:
     ex = run(config(backend="trtllm", workers=2), {"workload": {"trace": TRACE}})
     d = ex.to_dict()
-    assert set(d) == {"header", "feasible", "engine", "router", "trtllm_yaml",
-                      "trtllm_yaml_path", "aiperf", "files"}  # fmt: skip
+    assert set(d) == {"header", "feasible", "engine", "router", "pools", "planner", "trtllm_yaml",
+                      "trtllm_yaml_path", "pool_yamls", "aiperf", "files"}  # fmt: skip
     text = ex.to_text()
     for part in ("engine", "router", "aiperf"):
         for c in d[part]["commands"]:
