@@ -210,8 +210,9 @@ class PlannerConfig:
         them on their queue, since an engine capped by ``max_num_seqs`` queues at low KV use.
       * ``sla``: Dynamo's SLA planner. Predict the next interval's arrival rate and mean
         input/output lengths as those of the last (a constant predictor), and set each pool to
-        the workers that carry them: prefill tokens/s per worker at a full
-        ``max_num_batched_tokens`` step, and decode tokens/s per worker at the largest batch
+        the workers that carry them: prefill tokens/s per worker for prompts of that mean
+        length (computed in ``max_num_batched_tokens`` chunks at their growing context), and
+        decode tokens/s per worker at the largest batch
         whose step meets the deployment's ``slo.itl_ms`` (both from the step-time model, as
         Dynamo's pre-deployment profile gives them). As Dynamo does, the estimates are
         corrected by what the interval showed: the decode ITL target is divided by observed

@@ -185,15 +185,14 @@ def _check_deployment_names(at: str, deployment: Mapping[str, Any]) -> None:
 
 def _check_fixed_or_knob(at: str, fixed: Mapping[str, Any], space: Space) -> None:
     """Refuse a deployment field that is both fixed and a knob (the knob would silently win)."""
+    missing = object()
     for name in space.names:
-        head, _, tail = name.partition(".")
-        section = fixed.get(head)
-        if tail and isinstance(section, Mapping) and tail in section:
-            value = section[tail]
-        elif not tail and head in fixed:
-            value = fixed[head]
-        else:
+        value: Any = fixed
+        for part in name.split("."):  # a path of any depth: prefill.engine.max_num_seqs
+            value = value.get(part, missing) if isinstance(value, Mapping) else missing
+        if value is missing:
             continue
+        head = name.partition(".")[0]
         where = f"{head}:" if head in ("model", "gpu") else f"deployment.{name}"
         why = f"either a fixed field ({where} {value!r}) or a knob, not both"
         raise ConfigError(f"{at}space.knobs.{name}", name, why)

@@ -4,7 +4,7 @@ It sees what Dynamo's planner sees, sampled every ``metric_pulling_interval_s``:
 waiting requests and the KV-cache usage of the active workers; and the requests that arrived
 in the interval (rate, mean input and output lengths). Policies and their defaults are
 described on :class:`dynosim.config.PlannerConfig`. A decision never takes a pool outside its
-``min_workers``/``max_workers`` nor the deployment above ``max_gpus`` (provisioned GPUs, with
+``min_workers``/``max_workers`` nor the deployment above ``max_gpus`` (provisioned workers and GPUs, with
 starting and draining workers counted).
 """
 
@@ -78,7 +78,8 @@ class Planner:
                 continue  # Dynamo blocks adjustment while a pool is scaling
             lim = self.config.limits(name)
             want = min(max(targets[name], lim.min_workers), lim.max_workers)
-            while pool.serving < want and self._fits(pool):
+            # a draining worker still holds its GPUs: it counts against max_workers
+            while pool.serving < want and pool.provisioned < lim.max_workers and self._fits(pool):
                 pool.add(now_us, self.startup_us)
             while pool.serving > want and pool.remove(now_us) is not None:
                 pass
@@ -121,7 +122,7 @@ class Planner:
         decode_need: dict[str, float] = {}
         for n, p in self.pools.items():
             p_corr = min(1.0, self._prefill_correction(p, window, isl))
-            prefill_need[n] = rate * isl * p_corr / prefill_tokens_per_s(p)
+            prefill_need[n] = rate * isl * p_corr / prefill_tokens_per_s(p, isl)
             itl_ms = self.slo.itl_ms
             if itl_ms is not None:
                 itl_ms /= self._decode_correction(n, p, window, ctx)
@@ -157,10 +158,22 @@ class Planner:
         return max(1.0, (window.itl_us / window.decoded) / expected_us)
 
 
-def prefill_tokens_per_s(pool: WorkerPool) -> float:
-    """Prompt tokens one worker computes per second in full ``max_num_batched_tokens`` steps."""
+def prefill_tokens_per_s(pool: WorkerPool, isl: float) -> float:
+    """Prompt tokens per second of one worker prefilling prompts of ``isl`` tokens back to back.
+
+    A prompt is computed in ``max_num_batched_tokens`` chunks, each attending to the chunks
+    before it, so long prompts are priced at their real context (attention grows with it).
+    """
     chunk = pool.engine.max_num_batched_tokens
-    return chunk / (pool.perf.timing.step_us([(chunk, 0)], 0, 0) / 1e6)
+    total = max(1, round(isl))
+    done = 0
+    us = 0
+    timing = pool.perf.timing
+    while done < total:
+        c = min(chunk, total - done)
+        us += timing.step_us([(c, done)], 0, 0)
+        done += c
+    return total / (us / 1e6)
 
 
 def decode_tokens_per_s(pool: WorkerPool, context: float, itl_ms: float | None) -> float:
