@@ -4,8 +4,8 @@ It sees what Dynamo's planner sees, sampled every ``metric_pulling_interval_s``:
 waiting requests and the KV-cache usage of the active workers; and the requests that arrived
 in the interval (rate, mean input and output lengths). Policies and their defaults are
 described on :class:`dynosim.config.PlannerConfig`. A decision never takes a pool outside its
-``min_workers``/``max_workers`` nor the deployment above ``max_gpus`` (provisioned workers and GPUs, with
-starting and draining workers counted).
+``min_workers``/``max_workers`` nor the deployment above ``max_gpus`` (provisioned workers and
+GPUs, with starting and draining workers counted).
 """
 
 from __future__ import annotations
