@@ -53,13 +53,24 @@ class LeastLoaded:
     """The worker with the fewest outstanding requests (ties: fewer KV blocks, then index)."""
 
     def route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
-        """Least-loaded worker."""
-        best, best_key = 0, (1 << 62, float("inf"))
-        for i, w in enumerate(workers):
+        """Least-loaded worker.
+
+        Only the workers tied on the fewest outstanding requests are brought up to date for the
+        KV tie-break (a fast-forwarded worker's KV catches up whenever it is next read, so
+        leaving the others as they are changes nothing).
+        """
+        counts = [w.outstanding for w in workers]
+        low = min(counts)
+        tied = [i for i, c in enumerate(counts) if c == low]
+        if len(tied) == 1:
+            return tied[0]
+        best, best_kv = tied[0], float("inf")
+        for i in tied:
+            w = workers[i]
             w.sync(now_us)
-            key = (w.outstanding, w.kv.used + w.pending_prefill_blocks + w.incoming_blocks)
-            if key < best_key:
-                best, best_key = i, key
+            kv = w.kv.used + w.pending_prefill_blocks + w.incoming_blocks
+            if kv < best_kv:
+                best, best_kv = i, kv
         return best
 
 
