@@ -29,7 +29,7 @@ from scipy.optimize import nnls
 from dynosim.perf.aic import AicStepTime, aic_tables, resolve_key
 from dynosim.perf.deployment import resolve
 from dynosim.perf.overhead import DEFAULT_OVERHEADS, FrameworkOverhead
-from dynosim.perf.silicon import (
+from dynosim.validation.silicon import (
     CALIBRATION_GROUPS,
     SiliconRow,
     load_rows,

@@ -18,7 +18,7 @@ import statistics
 
 import pytest
 
-from dynosim.perf.silicon import load_rows, replay
+from dynosim.validation.silicon import load_rows, replay
 
 MODEL = ("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "trtllm")
 
