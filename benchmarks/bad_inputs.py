@@ -412,6 +412,59 @@ def cases() -> list[Case]:
             WORKLOAD.replace("{dist: fixed, value: 10}", "{dist: empirical, trace: missing.jsonl}"),
         ),
         _wl("workload trace ref speedup 0", "trace: trace.jsonl\nspeedup: 0\n"),
+        # disaggregated pools, KV links and planners (issue 7)
+        _dep("disagg with a top-level tp", "tp: 1", "mode: disagg\ntp: 1\nprefill: {}\ndecode: {}"),
+        _dep("disagg without a decode pool", "tp: 1\nworkers: 1", "mode: disagg\nprefill: {tp: 1}"),
+        _dep("disagg pool tp 3", "tp: 1\nworkers: 1", "mode: disagg\nprefill: {tp: 3}\ndecode: {}"),
+        _dep(
+            "disagg pool tp 64 (does not divide the heads)",
+            "tp: 1\nworkers: 1",
+            "mode: disagg\nprefill: {tp: 64}\ndecode: {}",
+        ),
+        _dep(
+            "disagg pool unknown field",
+            "tp: 1\nworkers: 1",
+            "mode: disagg\nprefill: {tp: 1, replicas: 2}\ndecode: {}",
+        ),
+        _dep(
+            "disagg decode pool does not fit in memory",
+            "tp: 1\nworkers: 1",
+            "mode: disagg\nprefill: {}\ndecode: {engine: {gpu_memory_utilization: 0.05}}",
+        ),
+        _dep("pools with mode agg", "tp: 1", "tp: 1\nprefill: {tp: 1}"),
+        _dep("kv_transfer gbps -5", "tp: 1", "tp: 1\nkv_transfer: {gbps: -5}"),
+        _dep("kv_transfer latency .nan", "tp: 1", "tp: 1\nkv_transfer: {latency_us: .nan}"),
+        _dep("kv_transfer link ethernet", "tp: 1", "tp: 1\nkv_transfer: {link: ethernet}"),
+        _dep("decode_router unknown", "tp: 1", "tp: 1\ndecode_router: fastest"),
+        _dep(
+            "max_local_prefill_tokens with mode agg", "tp: 1", "tp: 1\nmax_local_prefill_tokens: 64"
+        ),
+        _dep("planner min above max", "tp: 1", "tp: 1\nplanner: {min_workers: 3, max_workers: 2}"),
+        _dep("planner workers outside limits", "tp: 1", "tp: 1\nplanner: {min_workers: 2}"),
+        _dep("planner interval 0", "tp: 1", "tp: 1\nplanner: {adjustment_interval_s: 0}"),
+        _dep("planner startup -1", "tp: 1", "tp: 1\nplanner: {startup_s: -1}"),
+        _dep("planner policy unknown", "tp: 1", "tp: 1\nplanner: {policy: magic}"),
+        _dep(
+            "planner pool limits with mode agg",
+            "tp: 1",
+            "tp: 1\nplanner: {decode: {max_workers: 4}}",
+        ),
+        _dep(
+            "planner max_gpus below the initial GPUs",
+            "tp: 1\nworkers: 1",
+            "tp: 1\nworkers: 2\nplanner: {max_gpus: 1}",
+        ),
+        _sim(
+            "simulate --timeline-interval 0",
+            DEPLOYMENT,
+            "--workload",
+            "workload.yaml",
+            "--timeline",
+            "t.html",
+            "--timeline-interval",
+            "0",
+            **{"workload.yaml": WORKLOAD},
+        ),
     ]
 
 
