@@ -1,289 +1,135 @@
 """Hardware and model catalog: the numbers the memory and roofline models are built from.
 
-GPU names follow NVIDIA AIConfigurator's system names (``h100_sxm``, ``h200_sxm``, ...); their
-memory, FLOP/s and bandwidth figures are the ones in AIConfigurator's ``systems/*.yaml`` (dense
-tensor-core throughput, HBM capacity in bytes, one-direction NVLink bandwidth per GPU). Model
-names are Hugging Face ids as AIConfigurator spells them; architectures were copied from its
-``model_configs/*_config.json``. ``aic_name`` is the id under which AIConfigurator knows the
-architecture (fine-tunes such as ``Llama-3.1-8B-Instruct`` share their base model's kernels).
+Both halves are read from the data AIConfigurator ships, never hand-copied:
+
+* GPUs: ``gpu_spec(name)`` takes an AIConfigurator system name (``h100_sxm``, ``h200_sxm``,
+  ``gb200``, ...; see :func:`gpu_names`) and reads ``systems/<name>.yaml``
+  (:mod:`dynosim.perf.systems`). Prices are not in AIConfigurator: :data:`GPU_HOUR_USD` holds
+  default prices for the GPUs that have one; any other GPU gets ``gpu_hour_usd`` None, so a
+  deployment's cost figures are NaN unless it sets ``gpu_hour_usd`` itself.
+* Models: ``model_spec(name)`` takes a Hugging Face id AIConfigurator ships a ``config.json`` for
+  (see :func:`model_names`), one of the fine-tune aliases in :data:`MODEL_ALIASES`, or a path to
+  any ``config.json`` (a name ending in ``.json``); :mod:`dynosim.perf.model_config` parses it
+  and refuses, with a one-line ConfigError, architectures dynosim cannot size correctly yet.
+  ``aic_name`` is the id under which AIConfigurator knows the architecture (fine-tunes such as
+  ``Llama-3.1-8B-Instruct`` share their base model's kernels; None for a user's file).
+
+:data:`GPUS` and :data:`MODELS` are the entries dynosim had before the catalog came from data
+(kept for callers and pinned by tests); the lookups accept every name above.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import difflib
+import functools
+from dataclasses import replace
 
 from dynosim.errors import ConfigError
+from dynosim.perf.model_config import ModelSpec, aic_model_ids, load_aic_model, load_config_file
+from dynosim.perf.systems import GpuSpec, load_system, system_names
+
+__all__ = [
+    "GIB",
+    "GPUS",
+    "GPU_HOUR_USD",
+    "MODELS",
+    "MODEL_ALIASES",
+    "GpuSpec",
+    "ModelSpec",
+    "gpu_names",
+    "gpu_spec",
+    "model_names",
+    "model_spec",
+]
 
 GIB = 1 << 30
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GpuSpec:
-    """One GPU type.
-
-    Attributes:
-        name: AIConfigurator system name.
-        memory_bytes: HBM capacity.
-        bf16_flops: Dense BF16 tensor-core FLOP/s.
-        fp8_flops: Dense FP8 tensor-core FLOP/s, or None when the GPU has no FP8 units.
-        hbm_bytes_per_s: Peak HBM bandwidth.
-        nvlink_bytes_per_s: GPU-to-GPU bandwidth per GPU, one direction (PCIe for l40s).
-        gpu_hour_usd: Default price of one GPU-hour (rough 2025 cloud on-demand list price).
-    """
-
-    name: str
-    memory_bytes: int
-    bf16_flops: float
-    fp8_flops: float | None
-    hbm_bytes_per_s: float
-    nvlink_bytes_per_s: float
-    gpu_hour_usd: float
-
-    def flops(self, dtype: str) -> float:
-        """Dense FLOP/s for ``dtype`` ("bf16" or "fp8").
-
-        Raises:
-            ConfigError: ``dtype`` is fp8 and the GPU has no FP8 tensor cores.
-        """
-        if dtype == "fp8":
-            if self.fp8_flops is None:
-                raise ConfigError("dtype", dtype, f"bf16 ({self.name} has no FP8 tensor cores)")
-            return self.fp8_flops
-        return self.bf16_flops
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ModelSpec:
-    """One decoder-only transformer architecture.
-
-    Attributes:
-        name: Hugging Face id.
-        aic_name: The id AIConfigurator models this architecture under, or None if it lacks it.
-        layers: Decoder layers.
-        hidden: Hidden size.
-        heads: Attention (query) heads.
-        kv_heads: Key/value heads (GQA groups).
-        head_dim: Dimension of one head.
-        intermediate: Dense MLP intermediate size (per expert for MoE: ``moe_intermediate``).
-        vocab: Vocabulary size.
-        tied_embeddings: Whether the LM head shares the embedding matrix.
-        experts: Routed experts per MoE layer (0 for a dense model).
-        topk: Experts each token is routed to (0 for a dense model).
-        moe_intermediate: Intermediate size of one expert.
-        qk_norm: Whether each head has RMSNorm on q and k (Qwen3).
-    """
-
-    name: str
-    aic_name: str | None
-    layers: int
-    hidden: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    vocab: int
-    tied_embeddings: bool = False
-    experts: int = 0
-    topk: int = 0
-    moe_intermediate: int = 0
-    qk_norm: bool = False
-
-    @property
-    def is_moe(self) -> bool:
-        """True for a mixture-of-experts model."""
-        return self.experts > 0
-
-    @property
-    def attn_params_per_layer(self) -> int:
-        """Q, K, V and output projection weights of one layer."""
-        q = self.heads * self.head_dim
-        kv = self.kv_heads * self.head_dim
-        norms = 2 * self.head_dim if self.qk_norm else 0
-        return self.hidden * (q + 2 * kv) + q * self.hidden + norms
-
-    @property
-    def mlp_params_per_layer(self) -> int:
-        """MLP weights of one layer (all experts and the router for MoE)."""
-        if self.is_moe:
-            return (
-                self.experts * 3 * self.hidden * self.moe_intermediate + self.hidden * self.experts
-            )
-        return 3 * self.hidden * self.intermediate
-
-    @property
-    def active_mlp_params_per_layer(self) -> int:
-        """MLP weights one token multiplies through in one layer."""
-        if self.is_moe:
-            return self.topk * 3 * self.hidden * self.moe_intermediate + self.hidden * self.experts
-        return self.mlp_params_per_layer
-
-    @property
-    def embedding_params(self) -> int:
-        """Input embedding plus LM head (counted once when tied)."""
-        return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
-
-    @property
-    def layer_params(self) -> int:
-        """Weights of all decoder layers (projections, MLP/experts, norms)."""
-        per_layer = self.attn_params_per_layer + self.mlp_params_per_layer + 2 * self.hidden
-        return self.layers * per_layer
-
-    @property
-    def total_params(self) -> int:
-        """All weights."""
-        return self.layer_params + self.embedding_params + self.hidden
-
-    @property
-    def active_params(self) -> int:
-        """Weights one token multiplies through (the LM head included, the embedding not)."""
-        per_layer = self.attn_params_per_layer + self.active_mlp_params_per_layer + 2 * self.hidden
-        return self.layers * per_layer + self.vocab * self.hidden
-
-
-GPUS: dict[str, GpuSpec] = {
-    g.name: g
-    for g in (
-        GpuSpec(
-            name="h100_sxm",
-            memory_bytes=80 * GIB,
-            bf16_flops=989e12,
-            fp8_flops=1978e12,
-            hbm_bytes_per_s=3.35e12,
-            nvlink_bytes_per_s=450e9,
-            gpu_hour_usd=2.99,
-        ),
-        GpuSpec(
-            name="h200_sxm",
-            memory_bytes=141 * GIB,
-            bf16_flops=989e12,
-            fp8_flops=1978e12,
-            hbm_bytes_per_s=4.8e12,
-            nvlink_bytes_per_s=450e9,
-            gpu_hour_usd=3.79,
-        ),
-        GpuSpec(
-            name="b200_sxm",
-            memory_bytes=180 * GIB,
-            bf16_flops=2250e12,
-            fp8_flops=4500e12,
-            hbm_bytes_per_s=7.7e12,
-            nvlink_bytes_per_s=900e9,
-            gpu_hour_usd=5.99,
-        ),
-        GpuSpec(
-            name="a100_sxm",
-            memory_bytes=80 * GIB,
-            bf16_flops=312e12,
-            fp8_flops=None,
-            hbm_bytes_per_s=2.039e12,
-            nvlink_bytes_per_s=300e9,
-            gpu_hour_usd=1.79,
-        ),
-        GpuSpec(
-            name="l40s",
-            memory_bytes=48_305_799_168,
-            bf16_flops=362.05e12,
-            fp8_flops=733e12,
-            hbm_bytes_per_s=864e9,
-            nvlink_bytes_per_s=32e9,
-            gpu_hour_usd=1.19,
-        ),
-    )
+# Default price of one GPU-hour (USD): rough 2025 US cloud on-demand list prices per GPU, the
+# values dynosim's hand-written catalog carried. A deployment's ``gpu_hour_usd`` overrides them.
+GPU_HOUR_USD: dict[str, float] = {
+    "h100_sxm": 2.99,
+    "h200_sxm": 3.79,
+    "b200_sxm": 5.99,
+    "a100_sxm": 1.79,
+    "l40s": 1.19,
 }
 
-_LLAMA31_8B = ModelSpec(
-    name="meta-llama/Meta-Llama-3.1-8B",
-    aic_name="meta-llama/Meta-Llama-3.1-8B",
-    layers=32,
-    hidden=4096,
-    heads=32,
-    kv_heads=8,
-    head_dim=128,
-    intermediate=14336,
-    vocab=128256,
-)
-_LLAMA31_70B = ModelSpec(
-    name="meta-llama/Meta-Llama-3.1-70B",
-    aic_name="meta-llama/Meta-Llama-3.1-70B",
-    layers=80,
-    hidden=8192,
-    heads=64,
-    kv_heads=8,
-    head_dim=128,
-    intermediate=28672,
-    vocab=128256,
-)
-
-MODELS: dict[str, ModelSpec] = {
-    m.name: m
-    for m in (
-        _LLAMA31_8B,
-        replace(_LLAMA31_8B, name="meta-llama/Llama-3.1-8B-Instruct"),
-        _LLAMA31_70B,
-        replace(_LLAMA31_70B, name="meta-llama/Llama-3.1-70B"),
-        replace(_LLAMA31_70B, name="meta-llama/Llama-3.1-70B-Instruct"),
-        ModelSpec(
-            name="Qwen/Qwen3-32B",
-            aic_name="Qwen/Qwen3-32B",
-            layers=64,
-            hidden=5120,
-            heads=64,
-            kv_heads=8,
-            head_dim=128,
-            intermediate=25600,
-            vocab=151936,
-            qk_norm=True,
-        ),
-        ModelSpec(
-            name="Qwen/Qwen3-8B",
-            aic_name="Qwen/Qwen3-8B",
-            layers=36,
-            hidden=4096,
-            heads=32,
-            kv_heads=8,
-            head_dim=128,
-            intermediate=12288,
-            vocab=151936,
-            qk_norm=True,
-        ),
-        ModelSpec(
-            name="Qwen/Qwen3-30B-A3B",
-            aic_name="Qwen/Qwen3-30B-A3B",
-            layers=48,
-            hidden=2048,
-            heads=32,
-            kv_heads=4,
-            head_dim=128,
-            intermediate=6144,
-            vocab=151936,
-            experts=128,
-            topk=8,
-            moe_intermediate=768,
-            qk_norm=True,
-        ),
-    )
+# Fine-tunes and renamed checkpoints -> the AIConfigurator id of the base architecture. The
+# architecture (and so the kernels AIConfigurator timed) is the base model's; only the weights
+# differ. The spec keeps the alias as its ``name`` and the base id as its ``aic_name``.
+MODEL_ALIASES: dict[str, str] = {
+    "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Meta-Llama-3.1-8B",
+    "meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
+    "meta-llama/Llama-3.1-70B-Instruct": "meta-llama/Meta-Llama-3.1-70B",
 }
 
+_EXAMPLE_MODELS = ("Qwen/Qwen3-32B", "meta-llama/Meta-Llama-3.1-8B")
 
+
+def gpu_names() -> tuple[str, ...]:
+    """Every GPU name :func:`gpu_spec` accepts (AIConfigurator's systems), sorted."""
+    return system_names()
+
+
+def model_names() -> tuple[str, ...]:
+    """Every model id :func:`model_spec` looks up (AIConfigurator's configs, the aliases), sorted.
+
+    Some of AIConfigurator's are refused by :func:`model_spec` as not supported yet.
+    """
+    return tuple(sorted({*aic_model_ids(), *MODEL_ALIASES}))
+
+
+def _close(name: str, names: tuple[str, ...]) -> list[str]:
+    """Up to 3 names like ``name`` (compared case-insensitively)."""
+    by_lower = {n.lower(): n for n in names}
+    return [by_lower[m] for m in difflib.get_close_matches(name.lower(), list(by_lower), n=3)]
+
+
+@functools.lru_cache(maxsize=64)
 def gpu_spec(name: str) -> GpuSpec:
     """Look up a GPU by its AIConfigurator system name.
 
     Raises:
-        ConfigError: the GPU is not in the catalog.
+        ConfigError: the GPU is not in the catalog (the message lists close matches).
     """
-    try:
-        return GPUS[name]
-    except KeyError:
-        raise ConfigError("gpu", name, " | ".join(sorted(GPUS))) from None
+    if name not in system_names():
+        close = _close(name, system_names())
+        hint = " | ".join(close) if close else "an AIConfigurator system name, e.g. h100_sxm"
+        raise ConfigError("gpu", name, hint)
+    return replace(load_system(name), gpu_hour_usd=GPU_HOUR_USD.get(name))
 
 
 def model_spec(name: str) -> ModelSpec:
-    """Look up a model architecture by its Hugging Face id.
+    """Look up a model architecture by Hugging Face id, alias or ``config.json`` path.
 
     Raises:
-        ConfigError: the model is not in the catalog.
+        ConfigError: the model is unknown (the message lists close matches), its file cannot be
+            read, or its architecture is not supported yet.
     """
-    try:
-        return MODELS[name]
-    except KeyError:
-        raise ConfigError("model", name, " | ".join(sorted(MODELS))) from None
+    if name in MODEL_ALIASES:
+        return replace(load_aic_model(MODEL_ALIASES[name]), name=name)
+    if name.endswith(".json"):
+        return load_config_file(name)
+    if name in aic_model_ids():
+        return load_aic_model(name)
+    close = _close(name, model_names())
+    examples = ", ".join(_EXAMPLE_MODELS)
+    hint = " | ".join(close) if close else f"a Hugging Face id such as {examples}"
+    raise ConfigError("model", name, f"{hint} (or a path to a config.json)")
+
+
+GPUS: dict[str, GpuSpec] = {name: gpu_spec(name) for name in GPU_HOUR_USD}
+
+MODELS: dict[str, ModelSpec] = {
+    name: model_spec(name)
+    for name in (
+        "meta-llama/Meta-Llama-3.1-8B",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "meta-llama/Meta-Llama-3.1-70B",
+        "meta-llama/Llama-3.1-70B",
+        "meta-llama/Llama-3.1-70B-Instruct",
+        "Qwen/Qwen3-32B",
+        "Qwen/Qwen3-8B",
+        "Qwen/Qwen3-30B-A3B",
+    )
+}

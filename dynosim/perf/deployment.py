@@ -44,6 +44,8 @@ def resolve(config: DeploymentConfig) -> DeploymentPerf:
     price = config.gpu_hour_usd
     if price is None:
         price = gpu_spec(config.gpu).gpu_hour_usd
+    if price is None:  # no default price for this GPU: the cost metrics are NaN (unknown)
+        price = float("nan")
     return DeploymentPerf(
         timing=step_time_model(config),
         kv_blocks=pool.total_kv_blocks,
