@@ -396,7 +396,7 @@ def load_workload(
     With a capacity or sweep load, a trace is read at its own timestamps (the load axis
     replays it faster or slower); otherwise at the workload's ``speedup``.
     """
-    from dynosim.workload import TraceRef, load_trace_workload, parse_workload_file
+    from dynosim.workload import ClientWorkload, TraceRef, load_trace_workload, parse_workload_file
 
     as_written = load is not None and load.mode != "fixed"
     if "trace" in spec:
@@ -409,6 +409,8 @@ def load_workload(
         parsed = parse_workload_file(spec["file"])
         if isinstance(parsed, TraceRef):
             w = (dataclasses.replace(parsed, speedup=1.0) if as_written else parsed).load()
+        elif isinstance(parsed, ClientWorkload):
+            w = parsed.load()
         else:
             from dynosim.workload import Workload, generate
 

@@ -215,17 +215,17 @@ def run_probe(
     """One simulation at ``level`` (``as_given``: the requests as they are), scored."""
     simulate = ctx.simulate_fn if ctx.simulate_fn is not None else _default_simulate()
     speedup = 1.0
+    warmup = ctx.warmup_requests
     if not as_given and ctx.axis is not None:
         requests, speedup = ctx.axis.workload_at(level, requests)
+        warmup = ctx.axis.warmup_at(level, warmup)
     kwargs: dict[str, Any] = {}
     if speedup != 1.0:
         kwargs["speedup"] = speedup
     monitor = ctx.monitor
     if monitor is not None:
         kwargs["stop"] = monitor
-    result = simulate(
-        config, requests, seed=ctx.seed, warmup_requests=ctx.warmup_requests, **kwargs
-    )
+    result = simulate(config, requests, seed=ctx.seed, warmup_requests=warmup, **kwargs)
     metrics = {k: float(v) for k, v in result.flat().items()}
     add_load_metrics(metrics, level, config.gpus)
     early = getattr(result, "early_stop", None)

@@ -204,15 +204,28 @@ class LoadAxis:
         """
         if self.kind == "speedup":
             return requests, float(level)
-        from dynosim.workload import generate
+        from dynosim.workload import BenchmarkClient, client_requests, generate
 
         spec = self.spec
+        if isinstance(spec, BenchmarkClient):  # the tool run at that many clients
+            return tuple(client_requests(replace(spec, concurrency=round(level)))), 1.0
         arrival = spec.arrival
         if self.kind == "rate_rps":
             arrival = replace(arrival, rate_rps=float(level))
         else:
             arrival = replace(arrival, concurrency=round(level))
         return tuple(generate(replace(spec, arrival=arrival), base_dir=self.base_dir)), 1.0
+
+    def warmup_at(self, level: float, default: int) -> int:
+        """Warm-up requests at ``level``: a benchmark client's own count there, else ``default``.
+
+        (A tool such as InferenceX scales its warm-ups with the clients: ``2 * c``.)
+        """
+        from dynosim.workload import BenchmarkClient
+
+        if isinstance(self.spec, BenchmarkClient):
+            return replace(self.spec, concurrency=round(level)).warmup_count
+        return default
 
 
 def load_axis(workload: Mapping[str, Any]) -> LoadAxis:
@@ -221,13 +234,15 @@ def load_axis(workload: Mapping[str, Any]) -> LoadAxis:
     Raises:
         WorkloadError: The workload file is malformed.
     """
-    from dynosim.workload import TraceRef, parse_workload_file
+    from dynosim.workload import ClientWorkload, TraceRef, parse_workload_file
 
     if "trace" in workload:
         return LoadAxis("speedup", float(workload.get("speedup", 1.0)))
     parsed = parse_workload_file(workload["file"])
     if isinstance(parsed, TraceRef):
         return LoadAxis("speedup", float(parsed.speedup))
+    if isinstance(parsed, ClientWorkload):
+        return LoadAxis("concurrency", float(parsed.client.concurrency), parsed.client)
     arrival = parsed.arrival
     folder = str(Path(workload["file"]).parent)
     if arrival.process == "closed_loop":

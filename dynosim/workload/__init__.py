@@ -3,6 +3,7 @@
 Every function returns requests with ids 0..n-1 in order of position and ``after_id < id``.
 """
 
+from dynosim.workload.client import BenchmarkClient, ClientWorkload, client_requests
 from dynosim.workload.synthetic import (
     ArrivalSpec,
     LengthSpec,
@@ -19,12 +20,15 @@ from dynosim.workload.transforms import head, sample, select, speedup, time_slic
 
 __all__ = [
     "ArrivalSpec",
+    "BenchmarkClient",
+    "ClientWorkload",
     "LengthSpec",
     "PrefixSpec",
     "SessionSpec",
     "TraceRef",
     "Workload",
     "WorkloadSpec",
+    "client_requests",
     "generate",
     "head",
     "load_trace",

@@ -51,6 +51,7 @@ import yaml
 from dynosim.errors import ConfigError, WorkloadError
 from dynosim.files import parse_yaml, read_text, yaml_syntax_error
 from dynosim.types import HASH_BLOCK_TOKENS, Request
+from dynosim.workload.client import BenchmarkClient, ClientWorkload
 from dynosim.workload.limits import (
     MAX_BLOCK_IDS,
     MAX_REQUESTS,
@@ -519,13 +520,14 @@ class TraceRef:
         )
 
 
-def parse_workload_file(path: str | Path) -> WorkloadSpec | TraceRef:
+def parse_workload_file(path: str | Path) -> WorkloadSpec | TraceRef | ClientWorkload:
     """Read and validate a workload YAML file without generating or reading any request.
 
     A trace reference has the keys ``trace`` (path, relative to the file's folder) and
-    optionally ``speedup``, ``max_requests``, ``warmup_requests`` and ``name``. Anything else is
-    a :class:`WorkloadSpec`; relative empirical trace paths are resolved against the file's
-    folder. The name is the spec's ``name`` or else the file's stem.
+    optionally ``speedup``, ``max_requests``, ``warmup_requests`` and ``name``. A benchmark
+    client has the keys ``client`` (see :mod:`dynosim.workload.client`) and optionally
+    ``name``. Anything else is a :class:`WorkloadSpec`; relative empirical trace paths are
+    resolved against the file's folder. The name is the file's ``name`` or else its stem.
 
     Raises:
         WorkloadError: One line ``FILE: field: what is wrong`` (or ``FILE:LINE:`` for YAML
@@ -540,6 +542,12 @@ def parse_workload_file(path: str | Path) -> WorkloadSpec | TraceRef:
         raise WorkloadError(yaml_syntax_error(path, exc)) from None
     named = isinstance(data, Mapping) and "name" in data
     try:
+        if isinstance(data, Mapping) and "client" in data:
+            _keys("", data, ("client", "name"))
+            return ClientWorkload(
+                client=BenchmarkClient.from_dict(data["client"]),
+                name=str(data["name"]) if named else path.stem,
+            )
         if isinstance(data, Mapping) and "trace" in data:
             keys = ("trace", "speedup", "max_requests", "warmup_requests", "name")
             _keys("", data, keys)
@@ -569,7 +577,7 @@ def load_workload_file(path: str | Path) -> Workload:
         WorkloadError: The file is malformed, or a trace line is (``FILE:LINE: what``).
     """
     parsed = parse_workload_file(path)
-    if isinstance(parsed, TraceRef):
+    if isinstance(parsed, TraceRef | ClientWorkload):
         try:
             return parsed.load()
         except ConfigError as exc:

@@ -81,6 +81,13 @@ def run(args: argparse.Namespace) -> int:
         result = sim.run(warmup_requests=workload.warmup_requests)
     title = f"{args.deployment.name} on {workload.name}"
     console.print(metrics_table(result.metrics, title=title))
+    client = _client(args)
+    reported: dict[str, float] = {}
+    if client is not None:
+        from dynosim.validation.client_metrics import client_metrics
+
+        reported = client_metrics(result.records, client.name, workload.warmup_requests)
+        console.print(client_table(reported, client.name))
     if len(result.metrics.pools) > 1 or config.planner is not None:
         console.print(pools_table(result.metrics))
     if result.rejections:
@@ -96,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
             "seed": args.seed,
             "metrics": _jsonable(result.metrics.to_dict()),
         }
+        if client is not None:
+            payload["client"] = {"name": client.name, "metrics": _jsonable(reported)}
         try:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(payload, indent=2) + "\n")
@@ -111,6 +120,28 @@ def run(args: argparse.Namespace) -> int:
             raise DynosimError(f"--timeline {args.timeline}: {exc.strerror or exc}") from None
         console.print(f"timeline written to {args.timeline}")
     return 0
+
+
+def _client(args: argparse.Namespace) -> Any:
+    """The benchmark client a ``--workload`` file names, if it names one."""
+    if args.workload is None:
+        return None
+    from dynosim.workload import ClientWorkload, parse_workload_file
+
+    parsed = parse_workload_file(args.workload)
+    return parsed.client if isinstance(parsed, ClientWorkload) else None
+
+
+def client_table(reported: dict[str, float], name: str) -> Any:
+    """The run's figures as the benchmark client would print them."""
+    from rich.table import Table
+
+    t = Table(title=f"as {name} reports it", title_justify="left")
+    t.add_column("metric", no_wrap=True)
+    t.add_column("value", justify="right", no_wrap=True)
+    for k, v in reported.items():
+        t.add_row(k, f"{v:,.2f}")
+    return t
 
 
 def pools_table(m: Metrics) -> Any:

@@ -1,0 +1,196 @@
+"""Benchmark clients: the requests a load generator sends, as it sends them.
+
+Closed-loop clients with fixed nominal lengths, as the common LLM benchmark tools run them. A
+:class:`BenchmarkClient` names the tool (``inferencex``, ``vllm-bench`` or ``aiperf``) and the
+run (concurrency, ISL/OSL, how many requests); the tool fills in what it does by default:
+
+* ``inferencex``: SemiAnalysis InferenceX/InferenceMAX's fork of vLLM's ``benchmark_serving.py``
+  (``benchmarks/benchmark_lib.sh``, ``utils/bench_serving/benchmark_serving.py``,
+  ``.github/workflows/benchmark-tmpl.yml``): ``--max-concurrency c --request-rate inf`` (all
+  ``c`` clients start at once, no ramp), ``--num-prompts 10*c``, ``--num-warmups 2*c`` (copies
+  of the first prompt, not measured; runs before 2026-01 had none: ``warmups: 0``),
+  ``--random-range-ratio 0.8`` (input and output lengths uniform in [0.8, 1.0] x nominal),
+  ``ignore_eos`` (outputs exactly as long as asked).
+* ``vllm-bench``: ``vllm bench serve`` with ``--max-concurrency c``: ``--num-prompts 1000``,
+  ``--request-rate inf``, no warm-up, ``--random-range-ratio 0`` (fixed lengths), ``ignore_eos``.
+* ``aiperf``: ``aiperf profile --concurrency c``: the request count must be given
+  (``--request-count``), warm-up only when asked (``--warmup-request-count``), fixed lengths
+  (``--isl-stddev 0 --osl-stddev 0``), ``ignore_eos`` via ``--extra-inputs``.
+
+Every field can be set explicitly instead. ``ramp_up_s`` spreads the clients' first requests
+evenly over that time (all at 0 by default, as the tools start them). Warm-up requests are the
+first requests of the workload (ids 0..warmups-1) and are sent first, by the same clients; the
+simulation leaves the first ``warmups`` to complete out of its metrics.
+
+How each tool reports latencies differs (which requests a mean covers, per-request TPOT vs
+token-weighted ITL); :mod:`dynosim.validation.client_metrics` computes each tool's figures from
+the simulated per-request records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Literal, get_args
+
+import numpy as np
+
+from dynosim.errors import ConfigError
+from dynosim.types import HASH_BLOCK_TOKENS, Request
+from dynosim.workload.limits import MAX_REQUESTS, MAX_TIME_S, MAX_TOKENS, REQUESTS_WHY
+from dynosim.workload.traces import Workload
+
+ClientName = Literal["inferencex", "vllm-bench", "aiperf"]
+CLIENTS: tuple[str, ...] = get_args(ClientName)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BenchmarkClient:
+    """One closed-loop benchmark run by a named tool (None fields: the tool's default)."""
+
+    name: ClientName
+    concurrency: int
+    isl: int
+    osl: int
+    requests: int | None = None
+    warmups: int | None = None
+    range_ratio: float | None = None
+    ramp_up_s: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.name not in CLIENTS:
+            raise ConfigError("client.name", self.name, " | ".join(CLIENTS))
+        _int("client.concurrency", self.concurrency, 1, MAX_REQUESTS)
+        _int("client.isl", self.isl, 1, MAX_TOKENS)
+        _int("client.osl", self.osl, 1, MAX_TOKENS)
+        if self.requests is not None:
+            _int("client.requests", self.requests, 1, MAX_REQUESTS)
+        elif self.name == "aiperf":
+            raise ConfigError("client.requests", None, "a request count (aiperf --request-count)")
+        if self.warmups is not None:
+            _int("client.warmups", self.warmups, 0, MAX_REQUESTS)
+        if self.range_ratio is not None:
+            r = self.range_ratio
+            if isinstance(r, bool) or not isinstance(r, int | float) or not 0.0 <= r <= 1.0:
+                raise ConfigError("client.range_ratio", r, "a number in [0, 1]")
+        t = self.ramp_up_s
+        if isinstance(t, bool) or not isinstance(t, int | float) or not 0.0 <= t < MAX_TIME_S:
+            raise ConfigError("client.ramp_up_s", t, f"a number of seconds in [0, {MAX_TIME_S:g})")
+        _int("client.seed", self.seed, 0, 2**63 - 1)
+        if self.measured + self.warmup_count > MAX_REQUESTS:
+            raise ConfigError("client.requests", self.measured, f"with warm-up, {REQUESTS_WHY}")
+
+    # the tool's defaults --------------------------------------------------------------------
+    @property
+    def measured(self) -> int:
+        """Requests measured: ``requests``, or the tool's default."""
+        if self.requests is not None:
+            return self.requests
+        return 10 * self.concurrency if self.name == "inferencex" else 1000
+
+    @property
+    def warmup_count(self) -> int:
+        """Warm-up requests: ``warmups``, or the tool's default (InferenceX: ``2 * c``)."""
+        if self.warmups is not None:
+            return self.warmups
+        return 2 * self.concurrency if self.name == "inferencex" else 0
+
+    @property
+    def ratio(self) -> float:
+        """Lengths are uniform in ``[ratio, 1] x nominal`` (1: fixed)."""
+        if self.range_ratio is not None:
+            return float(self.range_ratio)
+        return 0.8 if self.name == "inferencex" else 1.0
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> BenchmarkClient:
+        """Build from a workload file's ``client:`` mapping.
+
+        Raises:
+            ConfigError: An unknown or missing field, or a bad value.
+        """
+        if not isinstance(d, Mapping):
+            raise ConfigError("client", d, "a mapping of client fields")
+        names = [f.name for f in fields(cls)]
+        for k in d:
+            if k not in names:
+                raise ConfigError(f"client.{k}", d[k], "one of " + ", ".join(names))
+        for k in ("name", "concurrency", "isl", "osl"):
+            if k not in d:
+                raise ConfigError(f"client.{k}", None, "a value (the field is required)")
+        return cls(**d)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientWorkload:
+    """A workload file that names a benchmark client (``client:`` and an optional ``name``)."""
+
+    client: BenchmarkClient
+    name: str = "client"
+
+    def load(self) -> Workload:
+        """The client's requests, the warm-ups counted out."""
+        return Workload(
+            requests=tuple(client_requests(self.client)),
+            warmup_requests=self.client.warmup_count,
+            name=self.name,
+        )
+
+
+def client_requests(client: BenchmarkClient) -> list[Request]:
+    """The requests ``client`` sends: warm-ups (copies of the first prompt), then the measured.
+
+    Request ``k`` is sent by client ``k % concurrency``: the first ``concurrency`` requests at
+    ``ramp_up_s * i / concurrency`` (0 by default), each later one as soon as its client's
+    previous one completes (``after_id``). Lengths are ``round(uniform(ratio, 1) * nominal)``
+    (at least 1), drawn from ``seed``. Every prompt has its own hash ids (no shared prefix)
+    except the warm-up copies, which repeat the first measured prompt's.
+    """
+    c, n_warm, n = client.concurrency, client.warmup_count, client.measured
+    rng = np.random.default_rng(client.seed)
+    in_rng, out_rng = rng.spawn(2)
+    isl = _lengths(client.isl, client.ratio, n, in_rng)
+    osl = _lengths(client.osl, client.ratio, n, out_rng)
+    total = n_warm + n
+    out: list[Request] = []
+    next_hash = 0
+    first_hashes: tuple[int, ...] = ()
+    for k in range(total):
+        m = max(0, k - n_warm)  # the measured request this one is (warm-ups copy the first)
+        units = -(-isl[0 if k < n_warm else m] // HASH_BLOCK_TOKENS)
+        if k < n_warm:
+            if not first_hashes:
+                first_hashes = tuple(range(next_hash, next_hash + units))
+                next_hash += units
+            hashes = first_hashes
+        elif m == 0 and first_hashes:
+            hashes = first_hashes  # the first measured prompt is the one the warm-ups copied
+        else:
+            hashes = tuple(range(next_hash, next_hash + units))
+            next_hash += units
+        first = k < c
+        out.append(
+            Request(
+                id=k,
+                arrival_s=client.ramp_up_s * k / c if first else 0.0,
+                input_tokens=isl[0 if k < n_warm else m],
+                output_tokens=osl[0 if k < n_warm else m],
+                block_hashes=hashes,
+                after_id=None if first else k - c,
+            )
+        )
+    return out
+
+
+def _lengths(nominal: int, ratio: float, n: int, rng: np.random.Generator) -> list[int]:
+    if ratio >= 1.0:
+        return [nominal] * n
+    draws = rng.uniform(ratio * nominal, nominal, n)
+    out: list[int] = np.maximum(1, np.rint(draws)).astype(np.int64).tolist()
+    return out
+
+
+def _int(name: str, value: object, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigError(name, value, f"an integer in [{low}, {high:,}]")

@@ -1,0 +1,159 @@
+"""Benchmark clients: the requests each tool sends, and the figures each tool reports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dynosim import DeploymentConfig, Simulation
+from dynosim.errors import ConfigError, WorkloadError
+from dynosim.metrics import RequestRecords
+from dynosim.perf.deployment import DeploymentPerf
+from dynosim.perf.linear import LinearStepTime
+from dynosim.validation.client_metrics import client_metrics
+from dynosim.workload import (
+    BenchmarkClient,
+    ClientWorkload,
+    client_requests,
+    load_workload_file,
+    parse_workload_file,
+)
+
+
+def test_inferencex_defaults_and_warmup_copies() -> None:
+    c = BenchmarkClient(name="inferencex", concurrency=4, isl=1000, osl=100, seed=3)
+    reqs = client_requests(c)
+    assert (c.measured, c.warmup_count, c.ratio) == (40, 8, 0.8)
+    assert len(reqs) == 48
+    warm, measured = reqs[:8], reqs[8:]
+    first = measured[0]
+    for w in warm:  # copies of the first measured prompt
+        assert (w.input_tokens, w.output_tokens, w.block_hashes) == (
+            first.input_tokens, first.output_tokens, first.block_hashes)  # fmt: skip
+    isl = np.array([r.input_tokens for r in measured])
+    osl = np.array([r.output_tokens for r in measured])
+    assert isl.min() >= 800
+    assert isl.max() <= 1000
+    assert len(set(isl)) > 10
+    assert osl.min() >= 80
+    assert osl.max() <= 100
+    hashes = [h for r in measured for h in r.block_hashes]
+    assert len(hashes) == len(set(hashes))  # no shared prefix among measured prompts
+    # closed loop: the first 4 start at once, every later one follows its client's previous
+    assert [r.after_id for r in reqs[:4]] == [None] * 4
+    assert all(r.arrival_s == 0.0 for r in reqs[:4])
+    assert [r.after_id for r in reqs[4:9]] == [0, 1, 2, 3, 4]
+
+
+def test_seeded_and_reproducible() -> None:
+    a = client_requests(BenchmarkClient(name="inferencex", concurrency=2, isl=500, osl=50, seed=1))
+    b = client_requests(BenchmarkClient(name="inferencex", concurrency=2, isl=500, osl=50, seed=1))
+    c = client_requests(BenchmarkClient(name="inferencex", concurrency=2, isl=500, osl=50, seed=2))
+    assert a == b
+    assert [r.input_tokens for r in a] != [r.input_tokens for r in c]
+
+
+def test_vllm_bench_and_aiperf_defaults() -> None:
+    v = BenchmarkClient(name="vllm-bench", concurrency=8, isl=256, osl=64)
+    reqs = client_requests(v)
+    assert (v.measured, v.warmup_count) == (1000, 0)
+    assert {r.input_tokens for r in reqs} == {256}
+    assert {r.output_tokens for r in reqs} == {64}
+    with pytest.raises(ConfigError, match=r"client\.requests"):
+        BenchmarkClient(name="aiperf", concurrency=8, isl=256, osl=64)
+    a = BenchmarkClient(name="aiperf", concurrency=8, isl=256, osl=64, requests=20, warmups=4)
+    assert len(client_requests(a)) == 24
+
+
+def test_ramp_spreads_the_first_requests() -> None:
+    c = BenchmarkClient(name="vllm-bench", concurrency=4, isl=10, osl=2, requests=8, ramp_up_s=2.0)
+    assert [r.arrival_s for r in client_requests(c)[:4]] == [0.0, 0.5, 1.0, 1.5]
+
+
+def test_two_clients_on_a_linear_engine_give_the_hand_computed_schedule() -> None:
+    # 2 clients, 4 requests of 100 prompt tokens and 3 output tokens, one idle worker, no
+    # warm-up. Both clients send at 0. The simulator's rule: an idle worker starts a step as soon
+    # as a request reaches it, so request 0 is prefilled alone (5000 + 0.15 * 100 + 20 * 1 =
+    # 5035 us) and request 1, which arrived at the same instant, joins the next step: its 100
+    # prompt tokens with request 0's first decode token (101 KV tokens): 5000 + 0.15 * 101 +
+    # 0.002 * 101 + 20 * 2 = 5055 us, so its TTFT is 5035 + 5055 = 10090 us. (A real engine
+    # would likely take both in its first step; see the note on issue 9.)
+    c = BenchmarkClient(name="vllm-bench", concurrency=2, isl=100, osl=3, requests=4)
+    cfg = DeploymentConfig.from_dict({"model": "x", "gpu": "h200_sxm", "workers": 1})
+    perf = DeploymentPerf(LinearStepTime(), 10_000, gpu_hour_usd=1.0)
+    rec = Simulation(cfg, client_requests(c), perf=perf).run().records
+    ttft = rec.first_token_us - rec.arrival_us
+    assert ttft[:2].tolist() == [5035, 10090]
+    assert rec.arrival_us[0] == rec.arrival_us[1] == 0
+    # closed loop: request 2 is client 0's next, sent when request 0 completes; 3 after 1
+    assert rec.arrival_us[2] == rec.finish_us[0]
+    assert rec.arrival_us[3] == rec.finish_us[1]
+    assert (rec.finish_us > 0).all()
+
+
+def _records(ttft_us: list[int], decode_us: list[int], osl: list[int]) -> RequestRecords:
+    n = len(osl)
+    arrival = np.zeros(n, dtype=np.int64)
+    first = np.array(ttft_us, dtype=np.int64)
+    return RequestRecords(
+        arrival_us=arrival,
+        first_token_us=first,
+        finish_us=first + np.array(decode_us, dtype=np.int64),
+        input_tokens=np.full(n, 10, dtype=np.int64),
+        output_tokens=np.array(osl, dtype=np.int64),
+        cached_tokens=np.zeros(n, dtype=np.int64),
+        worker=np.zeros(n, dtype=np.int64),
+        preemptions=np.zeros(n, dtype=np.int64),
+    )
+
+
+def test_tpot_is_per_request_and_itl_token_weighted() -> None:
+    # request 0: 11 tokens in 100 ms after the first (10 ms each); request 1: 2 tokens, 50 ms
+    rec = _records([1000, 3000], [100_000, 50_000], [11, 2])
+    m = client_metrics(rec, "inferencex", warmup=0)
+    assert m["mean_ttft_ms"] == pytest.approx(2.0)
+    assert m["mean_tpot_ms"] == pytest.approx((10.0 + 50.0) / 2)
+    assert m["mean_itl_ms"] == pytest.approx(150.0 / 11)
+    a = client_metrics(rec, "aiperf", warmup=0)
+    assert a["inter_token_latency.avg"] == pytest.approx(30.0)
+
+
+def test_warmups_never_enter_the_figures() -> None:
+    # the first completion (request 1, finishing first) is the warm-up: only request 0 counts
+    rec = _records([1000, 500], [100_000, 1_000], [11, 2])
+    m = client_metrics(rec, "vllm-bench", warmup=1)
+    assert m["mean_ttft_ms"] == pytest.approx(1.0)
+    assert m["mean_tpot_ms"] == pytest.approx(10.0)
+
+
+def test_workload_file(tmp_path: Path) -> None:
+    f = tmp_path / "bench.yaml"
+    f.write_text("client: {name: inferencex, concurrency: 2, isl: 64, osl: 8}\n")
+    parsed = parse_workload_file(f)
+    assert isinstance(parsed, ClientWorkload)
+    assert parsed.name == "bench"
+    w = load_workload_file(f)
+    assert (len(w.requests), w.warmup_requests) == (24, 4)
+    f.write_text("client: {name: inferencex, concurrency: 2, isl: 64, osl: 8, batch: 3}\n")
+    with pytest.raises(WorkloadError, match=r"bench.yaml: client.batch"):
+        parse_workload_file(f)
+    f.write_text("client: {name: genai, concurrency: 2, isl: 64, osl: 8}\n")
+    with pytest.raises(WorkloadError, match=r"client.name: got 'genai'"):
+        parse_workload_file(f)
+    f.write_text("client: {name: vllm-bench, concurrency: 0, isl: 64, osl: 8}\n")
+    with pytest.raises(WorkloadError, match=r"client.concurrency"):
+        parse_workload_file(f)
+
+
+def test_a_client_workload_is_a_concurrency_axis_for_studies() -> None:
+    from search.load import load_axis
+
+    here = Path(__file__).resolve().parents[3] / "examples" / "inferencex_c64.yaml"
+    axis = load_axis({"file": str(here)})
+    assert (axis.kind, axis.base) == ("concurrency", 64.0)
+    reqs, speedup = axis.workload_at(16, ())
+    # InferenceX at 16 clients: 160 measured requests after 32 warm-ups
+    assert (len(reqs), speedup) == (192, 1.0)
+    assert axis.warmup_at(16, 999) == 32
