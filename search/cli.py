@@ -21,6 +21,7 @@ COMMANDS = {
     "report": "Print a study's Pareto front and write CSV/HTML reports.",
     "studies": "List the studies in a storage.",
     "export": "Print a trial as launch commands for its backend and an AIPerf check.",
+    "validate": "Replay measured benchmark points in the simulator and report the error.",
 }
 
 

@@ -1,0 +1,171 @@
+"""Measured benchmark points a user can check the simulator against.
+
+Two formats, told apart by their header:
+
+* AIConfigurator's ``silicon_sample.csv`` (``model_path, system, backend, mode, isl, osl,
+  batch_size, tp_size, ..., silicon_ttft_ms, silicon_tpot_ms``). The client that produced a row
+  is inferred from ``silicon_data_source``: ``db-dump/...`` and ``source_file=...`` rows come
+  from SemiAnalysis InferenceX runs (client ``inferencex``); other sources record no client, and
+  are replayed as a plain closed loop of ``batch_size`` clients. Disaggregated rows, pipeline
+  parallelism and attention data parallelism are refused with the reason (not modelled yet).
+* A plain CSV: ``model,gpu,backend,tp,isl,osl,concurrency,ttft_ms,tpot_ms`` and optionally
+  ``dtype``, ``client`` (inferencex | vllm-bench | aiperf), ``max_num_seqs``,
+  ``max_num_batched_tokens``, ``enable_prefix_caching``.
+
+A malformed row is a one-line ``WorkloadError`` naming the file, the line and the field.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dynosim.errors import WorkloadError
+from dynosim.workload.client import CLIENTS, ClientName
+
+PLAIN_FIELDS = ("model", "gpu", "backend", "tp", "isl", "osl", "concurrency", "ttft_ms", "tpot_ms")
+PLAIN_OPTIONAL = ("dtype", "client", "max_num_seqs", "max_num_batched_tokens",
+                  "enable_prefix_caching")  # fmt: skip
+_SILICON_DTYPES = {"": "bf16", "bf16": "bf16", "fp8fp8": "fp8", "fp8fp8_block": "fp8"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Measurement:
+    """One measured point: an aggregated deployment at a closed-loop concurrency.
+
+    Attributes:
+        where: ``FILE:LINE`` of the row.
+        client: The benchmark client that measured it (None: a plain closed loop).
+        engine: Engine fields the row states (``max_num_seqs``...).
+        refused: Why the row cannot be replayed (None: it can).
+    """
+
+    where: str
+    model: str
+    gpu: str
+    backend: str
+    tp: int
+    isl: int
+    osl: int
+    concurrency: int
+    ttft_ms: float
+    tpot_ms: float
+    dtype: str = "bf16"
+    mode: str = "agg"
+    client: ClientName | None = None
+    engine: dict[str, Any] = field(default_factory=dict)
+    refused: str | None = None
+
+    @property
+    def group(self) -> tuple[str, str, str, str]:
+        """``(model, gpu, backend, mode)``."""
+        return (self.model, self.gpu, self.backend, self.mode)
+
+
+def read_measurements(path: str | Path) -> list[Measurement]:
+    """Every row of a measurement file (see the module docstring).
+
+    Raises:
+        WorkloadError: unreadable file, unknown header, or a malformed row (``FILE:LINE: ...``).
+    """
+    p = Path(path)
+    try:
+        with p.open(newline="") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise WorkloadError(f"{p}: cannot read measurements: {exc}") from None
+    reader = csv.DictReader(text.splitlines())
+    header = set(reader.fieldnames or ())
+    if {"model_path", "system", "silicon_ttft_ms"} <= header:
+        return [_silicon(p, i + 2, r) for i, r in enumerate(reader)]
+    if set(PLAIN_FIELDS) <= header:
+        return [_plain(p, i + 2, r) for i, r in enumerate(reader)]
+    raise WorkloadError(
+        f"{p}:1: unknown measurement format; accepted: AIConfigurator's silicon_sample.csv, or a "
+        f"CSV with the columns {','.join(PLAIN_FIELDS)}"
+    )
+
+
+def _num(where: str, row: dict[str, str], key: str, kind: type, low: float) -> Any:
+    raw = (row.get(key) or "").strip()
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise WorkloadError(f"{where}: {key}: got {raw!r}; allowed: a number") from None
+    if not value >= low or value != value or value in (float("inf"),):
+        raise WorkloadError(f"{where}: {key}: got {raw!r}; allowed: a finite number >= {low:g}")
+    return value
+
+
+def _silicon(path: Path, line: int, r: dict[str, str]) -> Measurement:
+    where = f"{path}:{line}"
+    source = r.get("silicon_data_source") or ""
+    client: ClientName | None = (
+        "inferencex" if source.startswith(("db-dump/", "source_file=")) else None
+    )
+    quant = (r.get("precision") or "") + (r.get("gemm_quant_mode") or "")
+    refused = None
+    if r.get("mode") != "agg":
+        refused = f"mode {r.get('mode')} (disaggregated rows are not replayed yet)"
+    elif int(r.get("pp_size") or 1) != 1:
+        refused = f"pipeline parallelism pp={r.get('pp_size')} (not modelled)"
+    elif int(r.get("attention_dp_size") or 1) != 1:
+        refused = f"attention data parallelism dp={r.get('attention_dp_size')} (not modelled)"
+    elif quant not in _SILICON_DTYPES:
+        refused = f"quantisation {quant} (not modelled)"
+    concurrency = _num(where, r, "batch_size", int, 1) if r.get("batch_size") else 1
+    return Measurement(
+        where=where,
+        model=r.get("model_path") or "",
+        gpu=r.get("system") or "",
+        backend=r.get("backend") or "",
+        tp=_num(where, r, "tp_size", int, 1) if r.get("tp_size") else 1,
+        isl=_num(where, r, "isl", int, 1),
+        osl=_num(where, r, "osl", int, 1),
+        concurrency=concurrency,
+        ttft_ms=_num(where, r, "silicon_ttft_ms", float, 0.0),
+        tpot_ms=_num(where, r, "silicon_tpot_ms", float, 0.0),
+        dtype=_SILICON_DTYPES.get(quant, "bf16"),
+        mode=r.get("mode") or "agg",
+        client=client,
+        refused=refused,
+    )
+
+
+def _plain(path: Path, line: int, r: dict[str, str]) -> Measurement:
+    where = f"{path}:{line}"
+    for key in ("model", "gpu", "backend"):
+        if not (r.get(key) or "").strip():
+            raise WorkloadError(f"{where}: {key}: got ''; allowed: a name")
+    name = (r.get("client") or "").strip() or None
+    if name is not None and name not in CLIENTS:
+        raise WorkloadError(f"{where}: client: got {name!r}; allowed: {' | '.join(CLIENTS)}")
+    client: ClientName | None = name  # type: ignore[assignment]  # checked against CLIENTS
+    engine: dict[str, Any] = {}
+    for key in ("max_num_seqs", "max_num_batched_tokens"):
+        if (r.get(key) or "").strip():
+            engine[key] = _num(where, r, key, int, 1)
+    caching = (r.get("enable_prefix_caching") or "").strip().lower()
+    if caching:
+        if caching not in ("true", "false"):
+            raise WorkloadError(
+                f"{where}: enable_prefix_caching: got {caching!r}; allowed: true | false"
+            )
+        engine["enable_prefix_caching"] = caching == "true"
+    return Measurement(
+        where=where,
+        model=r["model"].strip(),
+        gpu=r["gpu"].strip(),
+        backend=r["backend"].strip(),
+        tp=_num(where, r, "tp", int, 1),
+        isl=_num(where, r, "isl", int, 1),
+        osl=_num(where, r, "osl", int, 1),
+        concurrency=_num(where, r, "concurrency", int, 1),
+        ttft_ms=_num(where, r, "ttft_ms", float, 0.0),
+        tpot_ms=_num(where, r, "tpot_ms", float, 0.0),
+        dtype=(r.get("dtype") or "").strip() or "bf16",
+        client=client,
+        engine=engine,
+    )

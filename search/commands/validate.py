@@ -1,0 +1,108 @@
+"""``dynosim validate MEASUREMENTS [--json OUT]``: the simulator against measured points."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from dynosim.errors import DynosimError
+
+
+def add_parser(p: argparse.ArgumentParser) -> None:
+    """Arguments of ``dynosim validate``."""
+    p.add_argument("measurements", type=Path,
+                   help="AIConfigurator silicon_sample.csv, or a CSV with model,gpu,backend,tp,"
+                        "isl,osl,concurrency,ttft_ms,tpot_ms")  # fmt: skip
+    p.add_argument("--json", type=Path, help="write the groups and rows as JSON here")
+    p.add_argument("--group", action="append", default=[], metavar="MODEL/SYSTEM/BACKEND",
+                   help="only this group (repeatable; a part may be empty)")  # fmt: skip
+    p.add_argument("--max-rows", type=int, help="replay at most N rows (after --group)")
+    p.add_argument("--rounds", type=int, default=4,
+                   help="requests per client without a named client (default 4)")  # fmt: skip
+    p.add_argument("--timing", choices=["aic", "roofline"], default="aic")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Replay the rows, print one line per group, write JSON if asked."""
+    from rich.table import Table
+
+    from dynosim.validation.measurements import read_measurements
+    from dynosim.validation.validate import validate
+    from search.terminal import make_console
+
+    if args.max_rows is not None and args.max_rows < 1:
+        raise DynosimError(f"--max-rows: got {args.max_rows}; allowed: an integer >= 1")
+    if args.rounds < 1:
+        raise DynosimError(f"--rounds: got {args.rounds}; allowed: an integer >= 1")
+    wanted = [_group_filter(g) for g in args.group]
+    rows = [m for m in read_measurements(args.measurements)
+            if not wanted or any(_matches(m.group, w) for w in wanted)]  # fmt: skip
+    if args.max_rows is not None:
+        rows = rows[: args.max_rows]
+    console = make_console()
+    with console.status(f"replaying {len(rows):,} rows...") as status:
+
+        def progress(i: int, n: int) -> None:
+            status.update(f"replaying row {i:,} of {n:,}...")
+
+        groups = validate(rows, rounds=args.rounds, timing=args.timing, progress=progress)
+    summaries = [g.summary() for g in groups]
+    t = Table(title=f"simulated vs measured: {args.measurements.name}", title_justify="left")
+    for col in ("model", "system", "backend", "mode", "rows", "replayed", "TTFT MAPE %",
+                "TTFT bias %", "TPOT MAPE %", "TPOT bias %"):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("model", "system", "backend", "mode")
+                     else "right", no_wrap=True)  # fmt: skip
+    for s in summaries:
+        t.add_row(s["model"], s["system"], s["backend"], s["mode"], str(s["rows"]),
+                  str(s["replayed"]), *(_pct(s[k]) for k in ("ttft_mape", "ttft_bias",
+                                                            "tpot_mape", "tpot_bias")))  # fmt: skip
+    console.print(t)
+    refused = sum(s["refused"] for s in summaries)
+    if refused:
+        reasons = sorted({r for s in summaries for r in s["refused_reasons"]})
+        console.print(f"[yellow]{refused} rows refused; e.g. {reasons[0]}[/yellow]")
+    if args.json is not None:
+        payload = {"measurements": str(args.measurements), "groups": summaries,
+                   "rows": [_row(r) for g in groups for r in g.rows]}  # fmt: skip
+        try:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(payload, indent=2) + "\n")
+        except OSError as exc:
+            raise DynosimError(f"--json {args.json}: {exc.strerror or exc}") from None
+        console.print(f"groups written to {args.json}")
+    return 0
+
+
+def _group_filter(text: str) -> tuple[str, str, str]:
+    parts = text.split("/")
+    if len(parts) == 2:  # a Hugging Face id has a slash itself: ORG/NAME
+        parts = [text, "", ""]
+    if len(parts) == 4:
+        parts = ["/".join(parts[:2]), parts[2], parts[3]]
+    if len(parts) != 3:
+        raise DynosimError(f"--group: got {text!r}; allowed: MODEL/SYSTEM/BACKEND")
+    return (parts[0], parts[1], parts[2])
+
+
+def _matches(group: tuple[str, str, str, str], want: tuple[str, str, str]) -> bool:
+    return all(not w or w == g for w, g in zip(want, group[:3], strict=True))
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:+.1f}" if v < 0 else f"{v:.1f}"
+
+
+def _row(r: Any) -> dict[str, Any]:
+    m = r.m
+
+    def num(x: float) -> float | None:
+        return x if math.isfinite(x) else None
+
+    return {"where": m.where, "model": m.model, "system": m.gpu, "backend": m.backend,
+            "tp": m.tp, "isl": m.isl, "osl": m.osl, "concurrency": m.concurrency,
+            "client": m.client, "measured_ttft_ms": m.ttft_ms, "measured_tpot_ms": m.tpot_ms,
+            "simulated_ttft_ms": num(r.ttft_ms), "simulated_tpot_ms": num(r.tpot_ms),
+            "refused": r.refused}  # fmt: skip

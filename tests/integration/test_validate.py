@@ -1,0 +1,87 @@
+"""``dynosim validate``: measurement readers, replay, per-group errors."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from dynosim.errors import WorkloadError
+from dynosim.validation.measurements import read_measurements
+from dynosim.validation.validate import validate
+from search.cli import main
+
+HEADER = "model,gpu,backend,tp,isl,osl,concurrency,ttft_ms,tpot_ms"
+
+
+def _plain(tmp_path: Path, *rows: str, extra: str = "") -> Path:
+    f = tmp_path / "m.csv"
+    f.write_text("\n".join([HEADER + extra, *rows]) + "\n")
+    return f
+
+
+def test_a_bad_row_names_the_file_line_and_field(tmp_path: Path) -> None:
+    f = _plain(tmp_path, "Qwen/Qwen3-8B,h200_sxm,vllm,1,1000,100,8,50,10",
+               "Qwen/Qwen3-8B,h200_sxm,vllm,1,lots,100,8,50,10")  # fmt: skip
+    with pytest.raises(WorkloadError, match=r"m\.csv:3: isl: got 'lots'"):
+        read_measurements(f)
+    g = _plain(tmp_path, "Qwen/Qwen3-8B,h200_sxm,vllm,1,1000,100,8,50,10,genai", extra=",client")
+    with pytest.raises(WorkloadError, match=r"m\.csv:2: client: got 'genai'"):
+        read_measurements(g)
+    h = tmp_path / "x.csv"
+    h.write_text("a,b\n1,2\n")
+    with pytest.raises(WorkloadError, match=r"x\.csv:1: unknown measurement format"):
+        read_measurements(h)
+
+
+def test_silicon_rows_infer_the_client_and_refuse_what_is_not_modelled(tmp_path: Path) -> None:
+    head = ("id,silicon_data_source,backend,model_path,system,precision,mode,isl,osl,"
+            "gemm_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,silicon_ttft_ms,"
+            "silicon_tpot_ms")  # fmt: skip
+    f = tmp_path / "s.csv"
+    f.write_text("\n".join([
+        head,
+        "a,db-dump/2026-04-27,vllm,Qwen/Qwen3-8B,h200_sxm,,agg,1000,100,,8,1,1,1,50,10",
+        "b,internal/path,vllm,Qwen/Qwen3-8B,h200_sxm,,agg,1000,100,,8,1,1,1,50,10",
+        "c,internal/path,vllm,Qwen/Qwen3-8B,h200_sxm,,disagg,1000,100,,8,1,1,1,50,10",
+        "d,internal/path,vllm,Qwen/Qwen3-8B,h200_sxm,,agg,1000,100,,8,1,1,4,50,10",
+    ]) + "\n")  # fmt: skip
+    rows = read_measurements(f)
+    assert [r.client for r in rows] == ["inferencex", None, None, None]
+    assert [r.refused is None for r in rows] == [True, True, False, False]
+    assert "disaggregated" in (rows[2].refused or "")
+    assert "attention data parallelism" in (rows[3].refused or "")
+
+
+def test_replay_reports_errors_per_group(tmp_path: Path) -> None:
+    # two groups; an unknown model is refused with the catalog's one-line reason
+    f = _plain(tmp_path,
+               "Qwen/Qwen3-8B,h200_sxm,vllm,1,1000,64,4,50,10",
+               "Qwen/Qwen3-8B,h200_sxm,vllm,1,1000,64,8,60,12",
+               "Qwen/Qwen3-8B,h100_sxm,vllm,1,1000,64,4,50,10",
+               "no/such-model,h200_sxm,vllm,1,1000,64,4,50,10")  # fmt: skip
+    groups = validate(read_measurements(f), timing="roofline")
+    s = {g.key[:2]: g.summary() for g in groups}
+    h200 = s[("Qwen/Qwen3-8B", "h200_sxm")]
+    assert (h200["rows"], h200["replayed"], h200["refused"]) == (2, 2, 0)
+    run = list(groups[0].rows)
+    expected = 100 * sum(abs(r.error("tpot")) for r in run) / 2
+    assert h200["tpot_mape"] == pytest.approx(expected)
+    assert all(math.isfinite(r.ttft_ms) and r.ttft_ms > 0 for r in run)
+    bad = s[("no/such-model", "h200_sxm")]
+    assert (bad["replayed"], bad["refused"]) == (0, 1)
+    assert "model" in bad["refused_reasons"][0]
+
+
+def test_cli_writes_the_groups_json(tmp_path: Path) -> None:
+    f = _plain(tmp_path, "Qwen/Qwen3-8B,h200_sxm,vllm,1,1000,64,4,50,10")
+    out = tmp_path / "v.json"
+    assert main(["validate", str(f), "--timing", "roofline", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    g = data["groups"][0]
+    for key in ("model", "system", "backend", "rows", "tpot_mape", "ttft_mape", "tpot_bias",
+                "ttft_bias"):  # fmt: skip
+        assert key in g
+    assert data["rows"][0]["where"].endswith("m.csv:2")
