@@ -70,12 +70,38 @@ class Group:
         return out
 
 
+def recipe_engine(m: Measurement) -> dict[str, Any]:
+    """Engine flags of the recipe that produced an InferenceX row (empty for other rows).
+
+    From SemiAnalysis InferenceX's per-recipe launch scripts (as issue 9 quotes them): vLLM runs
+    with ``--max-num-batched-tokens 2*ISL --no-enable-prefix-caching --block-size 32
+    --gpu-memory-utilization 0.90``; TRT-LLM with ``max_num_tokens = max(8192,
+    round_up_64(c + ISL + 64))`` and no KV block reuse. SGLang recipes set
+    ``--chunked-prefill-size``, ``--max-running-requests`` and ``--disable-radix-cache``, whose
+    values are not recorded in the rows: only the radix cache is turned off.
+    """
+    if m.client != "inferencex":
+        return {}
+    if m.backend == "vllm":
+        return {"max_num_batched_tokens": max(2 * m.isl, m.concurrency), "block_size": 32,
+                "gpu_memory_utilization": 0.9, "enable_prefix_caching": False}  # fmt: skip
+    if m.backend == "trtllm":
+        tokens = max(8192, -(-(m.concurrency + m.isl + 64) // 64) * 64)
+        return {"max_num_batched_tokens": tokens, "enable_prefix_caching": False}
+    return {"enable_prefix_caching": False}
+
+
 def row_config(m: Measurement, timing: str = "aic") -> DeploymentConfig:
-    """The deployment a measurement ran on (one worker)."""
+    """The deployment a measurement ran on (one worker).
+
+    Engine: ``max_num_seqs`` = the concurrency, no prefix caching, then the recipe's flags
+    (:func:`recipe_engine`), then whatever the row itself states.
+    """
     engine = {
         "max_num_seqs": m.concurrency,
         "max_num_batched_tokens": max(8192, m.concurrency),
         "enable_prefix_caching": False,
+        **recipe_engine(m),
         **m.engine,
     }
     return DeploymentConfig.from_dict({

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,3 +86,19 @@ def test_cli_writes_the_groups_json(tmp_path: Path) -> None:
                 "ttft_bias"):  # fmt: skip
         assert key in g
     assert data["rows"][0]["where"].endswith("m.csv:2")
+
+
+def test_inferencex_rows_take_their_recipe_flags() -> None:
+    from dynosim.validation.measurements import Measurement
+    from dynosim.validation.validate import row_config
+
+    base: dict[str, Any] = {
+        "where": "x:2", "model": "Qwen/Qwen3-8B", "gpu": "h200_sxm", "tp": 1, "isl": 8192,
+        "osl": 100, "concurrency": 64, "ttft_ms": 1.0, "tpot_ms": 1.0, "client": "inferencex",
+    }  # fmt: skip
+    trt = row_config(Measurement(backend="trtllm", **base))
+    assert trt.engine.max_num_batched_tokens == 8320  # round_up_64(64 + 8192 + 64)
+    vll = row_config(Measurement(backend="vllm", **base))
+    assert (vll.engine.max_num_batched_tokens, vll.engine.block_size) == (16384, 32)
+    plain = row_config(Measurement(backend="vllm", **{**base, "client": None}))
+    assert plain.engine.max_num_batched_tokens == 8192
