@@ -1,4 +1,4 @@
-"""``dynosim validate MEASUREMENTS [--json OUT]``: the simulator against measured points."""
+"""``dynosim validate MEASUREMENTS [--json OUT] [--html OUT]``: the simulator vs measurements."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ def add_parser(p: argparse.ArgumentParser) -> None:
                    help="AIConfigurator silicon_sample.csv, or a CSV with model,gpu,backend,tp,"
                         "isl,osl,concurrency,ttft_ms,tpot_ms")  # fmt: skip
     p.add_argument("--json", type=Path, help="write the groups and rows as JSON here")
+    p.add_argument("--html", type=Path, help="write measured vs simulated plots (plotly) here")
     p.add_argument("--group", action="append", default=[], metavar="MODEL/SYSTEM/BACKEND",
                    help="only this group (repeatable; a part may be empty)")  # fmt: skip
     p.add_argument("--max-rows", type=int, help="replay at most N rows (after --group)")
@@ -73,6 +74,16 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise DynosimError(f"--json {args.json}: {exc.strerror or exc}") from None
         console.print(f"groups written to {args.json}")
+    if args.html is not None:
+        from search.validation_plot import write_validation
+
+        try:
+            write_validation(
+                groups, args.html, title=f"simulated vs measured: {args.measurements.name}"
+            )
+        except OSError as exc:
+            raise DynosimError(f"--html {args.html}: {exc.strerror or exc}") from None
+        console.print(f"plots written to {args.html}")
     return 0
 
 

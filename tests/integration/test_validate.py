@@ -79,7 +79,12 @@ def test_replay_reports_errors_per_group(tmp_path: Path) -> None:
 def test_cli_writes_the_groups_json(tmp_path: Path) -> None:
     f = _plain(tmp_path, "Qwen/Qwen3-8B,h200_sxm,vllm,1,1000,64,4,50,10")
     out = tmp_path / "v.json"
-    assert main(["validate", str(f), "--timing", "roofline", "--json", str(out)]) == 0
+    html = tmp_path / "v.html"
+    argv = ["validate", str(f), "--timing", "roofline", "--json", str(out), "--html", str(html)]
+    assert main(argv) == 0
+    page = html.read_text()
+    assert "plotly" in page
+    assert "m.csv:2" in page  # the hover names the row
     data = json.loads(out.read_text())
     g = data["groups"][0]
     for key in ("model", "system", "backend", "rows", "tpot_mape", "ttft_mape", "tpot_bias",
