@@ -199,6 +199,18 @@ class Metrics:
         return out
 
 
+def measured(records: RequestRecords, warmup_requests: int) -> npt.NDArray[np.int64]:
+    """Indices of the measured requests, in workload order.
+
+    The completed requests, the first ``warmup_requests`` to complete left out.
+    """
+    idx = np.flatnonzero(records.completed)
+    if warmup_requests > 0 and idx.size:
+        order = np.argsort(records.finish_us[idx], kind="stable")
+        idx = np.sort(idx[order[warmup_requests:]])
+    return idx
+
+
 def summarize(
     records: RequestRecords,
     *,
@@ -232,10 +244,7 @@ def summarize(
     """
     done = records.completed
     rejected = int((~done).sum()) if rejected_requests is None else rejected_requests
-    idx = np.flatnonzero(done)
-    if warmup_requests > 0 and idx.size:
-        order = np.argsort(records.finish_us[idx], kind="stable")
-        idx = np.sort(idx[order[warmup_requests:]])
+    idx = measured(records, warmup_requests)
     arrival = records.arrival_us[idx]
     first = records.first_token_us[idx]
     finish = records.finish_us[idx]

@@ -68,7 +68,7 @@ class LeastLoaded:
         for i in tied:
             w = workers[i]
             w.sync(now_us)
-            kv = w.kv.used + w.pending_prefill_blocks + w.incoming_blocks
+            kv = w.kv_load_blocks
             if kv < best_kv:
                 best, best_kv = i, kv
         return best
@@ -131,7 +131,7 @@ class KvLoad:
         best, best_cost = 0, float("inf")
         for i, w in enumerate(workers):
             w.sync(now_us)
-            cost = w.kv.used + w.pending_prefill_blocks + w.incoming_blocks
+            cost = w.kv_load_blocks
             if cost < best_cost:
                 best, best_cost = i, cost
         return best

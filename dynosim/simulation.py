@@ -51,6 +51,7 @@ from dynosim.metrics import (
     PoolMetrics,
     RequestRecords,
     Stat,
+    measured,
     summarize,
 )
 from dynosim.router import make_router
@@ -194,9 +195,7 @@ class Simulation:
         self._sample_us = None if sample_interval_s is None else max(1, _us(sample_interval_s))
         self._window = Window()
         self._next_adjust = 0
-        self._samples: dict[str, list[tuple[int, int, int, int, int, float]]] = {
-            name: [] for name in self.pools
-        }
+        self._samples: dict[str, list[PoolSample]] = {name: [] for name in self.pools}
 
     @property
     def workers(self) -> list[EngineWorker]:
@@ -230,10 +229,11 @@ class Simulation:
     def _arrive(self, rid: int, now: int) -> None:
         r = self.requests[rid]
         self._arrival_us[rid] = now
-        win = self._window
-        win.arrivals += 1
-        win.input_tokens += r.input_tokens
-        win.output_tokens += r.output_tokens
+        if self.planner is not None:  # what the planner sees of the traffic
+            win = self._window
+            win.arrivals += 1
+            win.input_tokens += r.input_tokens
+            win.output_tokens += r.output_tokens
         reason = self._never_fits(r)
         if reason is not None:
             self.rejections[rid] = reason
@@ -303,7 +303,8 @@ class Simulation:
     def _on_prefilled(self, pr: RunningRequest, now: int) -> None:
         """A prefill leg is done: pick the decode worker and send the KV cache to it."""
         rid = pr.req.id
-        self.entry.check_drained(self.entry.workers[self._prefill_worker[rid]], now)
+        if self.entry.draining:
+            self.entry.check_drained(self.entry.workers[self._prefill_worker[rid]], now)
         assert self.links is not None
         remote = pr.req.input_tokens - 1
         rr = self._leg(rid, remote=remote)
@@ -340,13 +341,15 @@ class Simulation:
         rid = rr.req.id
         self._finish_us[rid] = now
         self._open -= 1
-        win = self._window
-        win.finished += 1
-        win.ttft_us += rr.first_token_us - self._arrival_us[rid]
-        if rr.req.output_tokens > 1:
-            win.decoded += 1
-            win.itl_us += (now - rr.first_token_us) / (rr.req.output_tokens - 1)
-        self.decode.check_drained(self.decode.workers[self._worker[rid]], now)
+        if self.planner is not None:  # what the planner sees of the latencies
+            win = self._window
+            win.finished += 1
+            win.ttft_us += rr.first_token_us - self._arrival_us[rid]
+            if rr.req.output_tokens > 1:
+                win.decoded += 1
+                win.itl_us += (now - rr.first_token_us) / (rr.req.output_tokens - 1)
+        if self.decode.draining:
+            self.decode.check_drained(self.decode.workers[self._worker[rid]], now)
         self._release_followers(rid, now)
         if self._monitor is not None:
             self._monitor.on_finish(rid, now)
@@ -366,7 +369,7 @@ class Simulation:
             s = sample(pool, now)
             win.samples.setdefault(name, []).append(s)
             if self._sample_us is None:
-                self._record(name, s)
+                self._samples[name].append(s)
         assert self.planner is not None
         assert self._plan_us is not None
         if now >= self._next_adjust:
@@ -380,14 +383,10 @@ class Simulation:
         """A timeline sample."""
         now = int(self.env.now)
         for name, pool in self.pools.items():
-            self._record(name, sample(pool, now))
+            self._samples[name].append(sample(pool, now))
         if self._open > 0:
             assert self._sample_us is not None
             schedule_timer(self.env, now + self._sample_us, 0, self._on_sample_tick, _TICK)
-
-    def _record(self, name: str, s: PoolSample) -> None:
-        self._samples[name].append((s.t_us, s.provisioned, s.active, s.waiting, s.running,
-                                    s.kv_usage))  # fmt: skip
 
     # ---------------------------------------------------------------------- run
     def run(self, *, warmup_requests: int = 0, stop: SLOMonitor | None = None) -> SimResult:
@@ -467,25 +466,24 @@ class Simulation:
         times = sorted({t for p in self.pools.values() for t, _ in p.gpu_changes})
         gpus = np.zeros(len(times))
         for p in self.pools.values():
-            ts = np.array([t for t, _ in p.gpu_changes], dtype=np.int64)
-            gs = np.array([g for _, g in p.gpu_changes], dtype=np.float64)
-            gpus += gs[np.searchsorted(ts, times, side="right") - 1]
+            own = _pool_timeline(p)
+            gpus += own.gpus[np.searchsorted(own.times_us, times, side="right") - 1]
         return GpuTimeline(np.array(times, dtype=np.int64), gpus)
 
     def _pool_metrics(
         self, records: RequestRecords, end_us: int, warmup: int
     ) -> tuple[PoolMetrics, ...]:
-        measured = _measured(records, warmup)
+        rids = measured(records, warmup).tolist()
         out = []
         for name, pool in self.pools.items():
             worker_us = _worker_us(pool, end_us)
             legs = self._prefill_state if name == "prefill" else self._state
             waits = [
                 (rr.admitted_us - rr.enqueued_us) / 1e3
-                for rid in measured
+                for rid in rids
                 if (rr := legs[rid]) is not None and rr.admitted_us >= 0
             ]
-            kv = [s[5] for s in self._samples[name]]
+            kv = [s.kv_usage for s in self._samples[name]]
             counts = [g for _, g in pool.gpu_changes]
             out.append(
                 PoolMetrics(
@@ -508,14 +506,13 @@ class Simulation:
         """Columns of the pool samples, per pool: time (s), workers, queue, KV usage."""
         out: dict[str, object] = {}
         for name, rows in self._samples.items():
-            cols = list(zip(*rows, strict=True)) if rows else [()] * 6
             out[name] = {
-                "t_s": [t / 1e6 for t in cols[0]],
-                "provisioned_workers": list(cols[1]),
-                "active_workers": list(cols[2]),
-                "waiting": list(cols[3]),
-                "running": list(cols[4]),
-                "kv_usage": list(cols[5]),
+                "t_s": [s.t_us / 1e6 for s in rows],
+                "provisioned_workers": [s.provisioned for s in rows],
+                "active_workers": [s.active for s in rows],
+                "waiting": [s.waiting for s in rows],
+                "running": [s.running for s in rows],
+                "kv_usage": [s.kv_usage for s in rows],
             }
         return out
 
@@ -552,20 +549,16 @@ class Simulation:
         )
 
 
+def _pool_timeline(pool: WorkerPool) -> GpuTimeline:
+    """Provisioned GPUs of ``pool`` over time."""
+    ts = np.array([t for t, _ in pool.gpu_changes], dtype=np.int64)
+    gs = np.array([g for _, g in pool.gpu_changes], dtype=np.float64)
+    return GpuTimeline(ts, gs)
+
+
 def _worker_us(pool: WorkerPool, end_us: int) -> float:
     """Provisioned worker-time of ``pool`` over ``[0, end_us]``."""
-    ts = np.array([t for t, _ in pool.gpu_changes], dtype=np.int64)
-    gs = np.array([g for _, g in pool.gpu_changes], dtype=np.float64) / pool.tp
-    return GpuTimeline(ts, gs).gpu_us(0.0, float(end_us))
-
-
-def _measured(records: RequestRecords, warmup: int) -> list[int]:
-    idx = np.flatnonzero(records.completed)
-    if warmup > 0 and idx.size:
-        order = np.argsort(records.finish_us[idx], kind="stable")
-        idx = np.sort(idx[order[warmup:]])
-    out: list[int] = idx.tolist()
-    return out
+    return _pool_timeline(pool).gpu_us(0.0, float(end_us)) / pool.tp
 
 
 def _pool_perfs(

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dynosim import DeploymentConfig, Request
+from dynosim import DeploymentConfig, Request, Simulation
 from dynosim.perf.linear import LinearStepTime
 from dynosim.types import HASH_BLOCK_TOKENS
 
@@ -72,3 +72,14 @@ def tiny_config(**overrides: object) -> DeploymentConfig:
 def linear_timing() -> LinearStepTime:
     """A fast, exact step-time model."""
     return LinearStepTime()
+
+
+def assert_workers_empty(sim: Simulation) -> None:
+    """Every worker of a finished simulation holds nothing: no KV, request or transfer."""
+    for w in sim.workers:
+        w.kv.check()
+        assert w.kv.used == 0
+        assert not w.running
+        assert not w.waiting
+        assert w.incoming == 0
+        assert w.incoming_blocks == 0

@@ -115,6 +115,14 @@ class EngineWorker:
         """Prompt blocks routed here and not yet prefilled (queued prompts count in full)."""
         return self.pending_prefill / self.block_size
 
+    @property
+    def kv_load_blocks(self) -> float:
+        """KV blocks held, plus queued prompt blocks and blocks arriving by transfer.
+
+        Read after :meth:`sync` (a fast-forwarded worker's held blocks lag until then).
+        """
+        return self.kv.used + self.pending_prefill_blocks + self.incoming_blocks
+
     def sync(self, now_us: int) -> None:
         """Bring the KV state up to ``now_us`` inside a fast-forwarded segment."""
         if now_us >= self._sync_at:  # a segment step has started since the last allocation

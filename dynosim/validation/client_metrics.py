@@ -20,19 +20,9 @@ long and short outputs mix (the token-weighted one leans to the long requests).
 from __future__ import annotations
 
 import numpy as np
-import numpy.typing as npt
 
-from dynosim.metrics import RequestRecords
+from dynosim.metrics import RequestRecords, measured
 from dynosim.workload.client import ClientName
-
-
-def measured(records: RequestRecords, warmup: int) -> npt.NDArray[np.int64]:
-    """Indices of the measured requests: completed, the first ``warmup`` completions left out."""
-    idx = np.flatnonzero(records.completed)
-    if warmup > 0 and idx.size:
-        order = np.argsort(records.finish_us[idx], kind="stable")
-        idx = np.sort(idx[order[warmup:]])
-    return idx
 
 
 def client_metrics(records: RequestRecords, client: ClientName, warmup: int) -> dict[str, float]:

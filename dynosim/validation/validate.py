@@ -26,6 +26,7 @@ from dynosim.simulation import Simulation
 from dynosim.types import Request
 from dynosim.validation.client_metrics import client_metrics
 from dynosim.validation.measurements import Measurement
+from dynosim.validation.silicon import closed_loop_requests
 from dynosim.workload.client import BenchmarkClient, client_requests
 
 
@@ -117,9 +118,7 @@ def row_requests(m: Measurement, rounds: int) -> tuple[list[Request], int]:
         extra = {"requests": m.concurrency * rounds} if name == "aiperf" else {}
         c = BenchmarkClient(name=name, concurrency=m.concurrency, isl=m.isl, osl=m.osl, **extra)
         return client_requests(c), c.warmup_count
-    c = BenchmarkClient(name="vllm-bench", concurrency=m.concurrency, isl=m.isl, osl=m.osl,
-                        requests=m.concurrency * rounds, warmups=0)  # fmt: skip
-    return client_requests(c), 0
+    return closed_loop_requests(m.concurrency, m.concurrency * rounds, m.isl, m.osl), 0
 
 
 def replay(m: Measurement, *, rounds: int = 4, timing: str = "aic") -> RowResult:

@@ -18,7 +18,7 @@ from dynosim import ConfigError, DeploymentConfig, InfeasibleError, Request, Sim
 from dynosim.perf.deployment import DeploymentPerf
 from dynosim.perf.linear import LinearStepTime
 from dynosim.simulation import SimResult
-from tests.conftest import make_requests
+from tests.conftest import assert_workers_empty, make_requests
 
 ENGINE = {"max_num_seqs": 64, "max_num_batched_tokens": 2048, "block_size": 16}
 BYTES_PER_TOKEN = 4096
@@ -62,13 +62,7 @@ def run(
     """Run to the end and check that every worker is left empty."""
     sim = Simulation(cfg, reqs, seed=seed, fast_forward=ff, perf=pool_perf or perf())
     res = sim.run()
-    for w in sim.workers:
-        w.kv.check()
-        assert w.kv.used == 0
-        assert not w.running
-        assert not w.waiting
-        assert w.incoming == 0
-        assert w.incoming_blocks == 0
+    assert_workers_empty(sim)
     return res, sim
 
 

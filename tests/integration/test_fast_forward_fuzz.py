@@ -25,7 +25,7 @@ from dynosim import DeploymentConfig, Request, Simulation
 from dynosim.perf.deployment import DeploymentPerf
 from dynosim.perf.linear import LinearStepTime
 from dynosim.simulation import SimResult
-from tests.conftest import make_requests
+from tests.conftest import assert_workers_empty, make_requests
 
 
 def _run(
@@ -45,13 +45,8 @@ def _run(
     }  # fmt: skip
     sim = Simulation(cfg, reqs, fast_forward=ff, perf=perf)
     res = sim.run()
+    assert_workers_empty(sim)
     for w in sim.workers:
-        w.kv.check()
-        assert w.kv.used == 0
-        assert not w.running
-        assert not w.waiting
-        assert w.incoming == 0
-        assert w.incoming_blocks == 0
         assert 0 <= w.busy_us <= sim.env.now
     if timelines is not None:
         timelines.extend(p.gpu_changes for p in sim.pools.values())

@@ -20,7 +20,7 @@ from dynosim.engine.worker import EngineWorker
 from dynosim.perf.deployment import DeploymentPerf
 from dynosim.perf.linear import LinearStepTime
 from dynosim.simulation import SimResult
-from tests.conftest import make_requests
+from tests.conftest import assert_workers_empty, make_requests
 
 ENGINE = {"max_num_seqs": 16, "max_num_batched_tokens": 2048, "block_size": 16}
 PERF = DeploymentPerf(LinearStepTime(), 20_000, gpu_hour_usd=2.0, kv_bytes_per_token=2048)
@@ -92,11 +92,7 @@ def run(
     for name, pool in sim.pools.items():
         pool.add = _spy(name, pool, added)  # type: ignore[method-assign,assignment]
     res = sim.run(warmup_requests=warmup)
-    for w in sim.workers:
-        w.kv.check()
-        assert w.kv.used == 0
-        assert not w.running
-        assert not w.waiting
+    assert_workers_empty(sim)
     assert res.metrics.completed_requests + res.metrics.rejected_requests == len(reqs)
     return res, sim, added
 

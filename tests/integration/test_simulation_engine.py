@@ -10,7 +10,7 @@ import pytest
 from dynosim import Request, Simulation
 from dynosim.perf.deployment import DeploymentPerf
 from dynosim.perf.linear import LinearStepTime
-from tests.conftest import make_requests, tiny_config
+from tests.conftest import assert_workers_empty, make_requests, tiny_config
 
 ROUTERS = ["round_robin", "random", "least_loaded", "kv_aware"]
 
@@ -19,11 +19,7 @@ def _run(config, requests, *, kv_blocks=20_000, ff=True, timing=None, seed=0):  
     perf = DeploymentPerf(timing or LinearStepTime(), kv_blocks, gpu_hour_usd=2.0)
     sim = Simulation(config, requests, seed=seed, fast_forward=ff, perf=perf)
     result = sim.run()
-    for w in sim.workers:
-        w.kv.check()
-        assert not w.running
-        assert not w.waiting
-        assert w.kv.used == 0
+    assert_workers_empty(sim)
     return result
 
 
