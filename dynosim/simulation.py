@@ -245,7 +245,8 @@ class Simulation:
         if self._monitor is not None:
             self._monitor.on_arrival(rid)
         if not self.disagg:
-            self._serve_local(rid, self.decode.route(self._leg(rid), now), now)
+            rr = self._leg(rid)
+            self._serve_local(rid, self.decode.route(rr, now), now, rr)
             return
         if self.config.max_local_prefill_tokens > 0:
             rr = self._leg(rid)
@@ -266,10 +267,8 @@ class Simulation:
         prefix = self.decode.engine.enable_prefix_caching
         return RunningRequest(self.requests[rid], prefix_caching=prefix, remote=remote)
 
-    def _serve_local(
-        self, rid: int, w: EngineWorker, now: int, rr: RunningRequest | None = None
-    ) -> None:
-        rr = self._leg(rid) if rr is None else rr
+    def _serve_local(self, rid: int, w: EngineWorker, now: int, rr: RunningRequest) -> None:
+        """``rr`` (the request ``rid``, the one its router saw) is served by ``w`` from now."""
         self._state[rid] = rr
         self._worker[rid] = w.index
         w.enqueue(rr, now)
