@@ -13,6 +13,10 @@ Five figures, all on 8 workers of the same deployment (``BASE``) or its disaggre
   ``--repeat``, plus the step-by-step reference on the first N requests;
 * planner: the Mooncake trace on an aggregated pool of 1-8 workers scaled by the load planner
   (10 s interval, 60 s cold start), fast-forward, plus the step-by-step reference;
+* schedulers: the Mooncake trace on ``BASE`` (KV-aware routing) scheduled as vLLM v1, SGLang
+  (prefill and decode batches alternating, and with ``enable_mixed_chunk``) and TRT-LLM
+  (``GUARANTEED_NO_EVICT`` and ``MAX_UTILIZATION``), all with vLLM's step times so that only
+  the policy differs, fast-forward, plus the step-by-step reference on the first N requests;
 * whole process: ``dynosim simulate examples/llama8b_h200_vllm.yaml --trace <Mooncake>`` as a
   subprocess (pinned to one core with ``taskset -c 0`` when available), simulated seconds per
   process wall second, so start-up (imports, step-time tables, trace parsing) counts. One
@@ -21,7 +25,7 @@ Five figures, all on 8 workers of the same deployment (``BASE``) or its disaggre
   in an ordinary installation.
 
 Run: ``.venv/bin/python benchmarks/sim_speed.py [--repeat 5]
-[--only mooncake,rate,disagg,planner,process]``.
+[--only mooncake,rate,disagg,planner,schedulers,process]``.
 Step-time tables are built (or loaded from the disk cache) before timing starts.
 """
 
@@ -38,8 +42,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from dynosim import DeploymentConfig, Request, Simulation
+from dynosim.config import Backend
 from dynosim.perf.deployment import DeploymentPerf, resolve
 from dynosim.simulation import SimResult
 from dynosim.workload import ArrivalSpec, LengthSpec, WorkloadSpec, generate, head, load_trace
@@ -82,7 +88,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs per case; the best is shown")
     ap.add_argument("--reference-requests", type=int, default=2000)
     ap.add_argument(
-        "--only", default="mooncake,rate,disagg,planner,process", help="comma-separated cases"
+        "--only",
+        default="mooncake,rate,disagg,planner,schedulers,process",
+        help="comma-separated cases",
     )
     ap.add_argument(
         "--bytecode-cache", action="store_true", help="let the subprocess write __pycache__"
@@ -99,6 +107,8 @@ def main() -> None:
         disagg(args.trace, perf, args.repeat, args.reference_requests)
     if "planner" in cases:
         planner(args.trace, perf, args.repeat, args.reference_requests)
+    if "schedulers" in cases:
+        schedulers(args.trace, perf, args.repeat, args.reference_requests)
     if "process" in cases:
         whole_process(args.trace, args.repeat, bytecode_cache=args.bytecode_cache)
 
@@ -174,6 +184,33 @@ def planner(trace: Path, perf: DeploymentPerf, repeat: int, reference: int) -> N
             f"{best.metrics.gpus:.2f} GPUs on average"
         )
         _reference(cfg, head(requests, reference), perf)
+
+
+SCHEDULERS: dict[str, tuple[Backend, dict[str, Any]]] = {
+    "vllm": ("vllm", {}),
+    "sglang": ("sglang", {}),
+    "sglang-mixed": ("sglang", {"enable_mixed_chunk": True}),
+    "trtllm-gne": ("trtllm", {"capacity_scheduler_policy": "GUARANTEED_NO_EVICT"}),
+    "trtllm-maxutil": ("trtllm", {"capacity_scheduler_policy": "MAX_UTILIZATION"}),
+}
+
+
+def schedulers(trace: Path, perf: DeploymentPerf, repeat: int, reference: int) -> None:
+    """Each backend's scheduling policy on the trace (the same step times for all)."""
+    requests = load_trace(trace)
+    print(f"\nscheduling policies, 8 workers, KV-aware routing: {trace.name}")
+    print(HEADER.replace("router      ", "policy      "))
+    for name, (backend, extra) in SCHEDULERS.items():
+        cfg = replace(
+            BASE, router="kv_aware", backend=backend, engine=replace(BASE.engine, **extra)
+        )
+        best = _best(cfg, requests, perf, repeat)
+        _row(name, "fast-forward", len(requests), best)
+        ref = head(requests, reference)
+        fast = Simulation(cfg, ref, perf=perf).run()
+        slow = Simulation(cfg, ref, perf=perf, fast_forward=False).run()
+        _row(name, "step-by-step", len(ref), slow)
+        print(f"{'':<12} identical per-request records: {fast.records.equal(slow.records)}")
 
 
 def _reference(

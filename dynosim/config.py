@@ -16,13 +16,29 @@ from dynosim.errors import ConfigError
 Backend = Literal["vllm", "sglang", "trtllm"]
 Timing = Literal["aic", "roofline"]
 RouterName = Literal["round_robin", "random", "least_loaded", "kv_aware", "kv_load"]
-DType = Literal["bf16", "fp8"]
+DType = Literal["bf16", "fp8", "fp8_block", "nvfp4", "mxfp4"]
+KVDType = Literal["bf16", "fp8"]
 Mode = Literal["agg", "disagg"]
 Link = Literal["auto", "nvlink", "rdma"]
 PlannerPolicy = Literal["load", "sla"]
 PoolName = Literal["agg", "prefill", "decode"]
 
 BLOCK_SIZES = (16, 32, 64, 128, 256, 512)
+SGLANG_PAGE_SIZES = (1, 2, 4, 8)
+"""Page sizes below 16 tokens: SGLang only (its ``--page-size`` defaults to 1)."""
+SchedulePolicy = Literal["fcfs", "lpm"]
+CapacityPolicy = Literal["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"]
+BACKEND_ENGINE_FIELDS: dict[str, tuple[str, ...]] = {
+    "vllm": (),
+    "sglang": (
+        "enable_mixed_chunk",
+        "max_prefill_tokens",
+        "schedule_policy",
+        "schedule_conservativeness",
+    ),
+    "trtllm": ("capacity_scheduler_policy",),
+}
+"""The engine fields only one backend has (``None`` = that backend's default)."""
 
 
 def _choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
@@ -54,7 +70,28 @@ def _bool(name: str, value: object) -> None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineConfig:
-    """Per-worker engine knobs, named as vLLM names them."""
+    """Per-worker engine knobs.
+
+    The first six apply to every backend and are named as vLLM names them; each backend's
+    flag for them (``dynosim export`` writes it) is: ``max_num_seqs`` = SGLang
+    ``--max-running-requests`` = TRT-LLM ``max_batch_size``; ``max_num_batched_tokens`` =
+    SGLang ``--chunked-prefill-size`` = TRT-LLM ``max_num_tokens``; ``block_size`` = SGLang
+    ``--page-size`` = TRT-LLM ``tokens_per_block``; ``enable_prefix_caching`` = SGLang's radix
+    cache = TRT-LLM ``enable_block_reuse``.
+
+    The others belong to one backend's scheduler (``None``: that backend's default) and are an
+    error with another backend (:data:`BACKEND_ENGINE_FIELDS`):
+
+    * SGLang (``sglang/srt/server_args.py``): ``enable_mixed_chunk`` (default false: prefill
+      and decode batches alternate), ``max_prefill_tokens`` (16384: prompt tokens admitted per
+      prefill batch), ``schedule_policy`` (``fcfs`` | ``lpm``: longest prefix match first),
+      ``schedule_conservativeness`` (1.0: scales the output-token reservation that decides
+      admission);
+    * TRT-LLM (``tensorrt_llm/llmapi/llm_args.py`` ``SchedulerConfig``):
+      ``capacity_scheduler_policy`` (``GUARANTEED_NO_EVICT``, the default: a request is
+      admitted only if its whole output's KV can be reserved, and nothing is ever evicted |
+      ``MAX_UTILIZATION``: pack the batch, pause the newest request on a shortage).
+    """
 
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
@@ -62,13 +99,32 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
     gpu_memory_utilization: float = 0.9
+    enable_mixed_chunk: bool | None = None
+    max_prefill_tokens: int | None = None
+    schedule_policy: SchedulePolicy | None = None
+    schedule_conservativeness: float | None = None
+    capacity_scheduler_policy: CapacityPolicy | None = None
 
     def __post_init__(self) -> None:
         _int("engine.max_num_seqs", self.max_num_seqs, 1, 65536)
         _int("engine.max_num_batched_tokens", self.max_num_batched_tokens, 1, 1 << 20)
-        if self.block_size not in BLOCK_SIZES:
+        if self.block_size not in BLOCK_SIZES + SGLANG_PAGE_SIZES:
             raise ConfigError(
                 "engine.block_size", self.block_size, " | ".join(map(str, BLOCK_SIZES))
+            )
+        if self.enable_mixed_chunk is not None:
+            _bool("engine.enable_mixed_chunk", self.enable_mixed_chunk)
+        if self.max_prefill_tokens is not None:
+            _int("engine.max_prefill_tokens", self.max_prefill_tokens, 1, 1 << 20)
+        if self.schedule_policy is not None:
+            _choice("engine.schedule_policy", self.schedule_policy, get_args(SchedulePolicy))
+        if self.schedule_conservativeness is not None:
+            _float("engine.schedule_conservativeness", self.schedule_conservativeness, 0.0, 100.0)
+        if self.capacity_scheduler_policy is not None:
+            _choice(
+                "engine.capacity_scheduler_policy",
+                self.capacity_scheduler_policy,
+                get_args(CapacityPolicy),
             )
         _bool("engine.enable_prefix_caching", self.enable_prefix_caching)
         _bool("engine.enable_chunked_prefill", self.enable_chunked_prefill)
@@ -121,15 +177,29 @@ class PoolConfig:
     tp: int = 1
     workers: int = 1
     engine: EngineConfig = field(default_factory=EngineConfig)
+    ep: int = 1
+    moe_tp: int | None = None
+    attention_dp: int = 1
 
     def __post_init__(self) -> None:
         _tp("tp", self.tp)
         _int("workers", self.workers, 1, 100_000)
+        _parallel(self.tp, self.ep, self.moe_tp, self.attention_dp)
+
+    @property
+    def gpus_per_worker(self) -> int:
+        """GPUs of one engine replica: ``tp x attention_dp``."""
+        return self.tp * self.attention_dp
+
+    @property
+    def moe_tp_size(self) -> int:
+        """Tensor parallelism inside each expert (derived when ``moe_tp`` is unset)."""
+        return _moe_tp(self.tp, self.ep, self.moe_tp, self.attention_dp)
 
     @property
     def gpus(self) -> int:
         """GPUs the pool occupies."""
-        return self.tp * self.workers
+        return self.gpus_per_worker * self.workers
 
 
 NVLINK_LATENCY_US = 10.0
@@ -276,11 +346,153 @@ class PlannerConfig:
         return PoolLimits(min_workers=self.min_workers, max_workers=self.max_workers)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostConfig:
+    """The host processes in front of each engine replica: API server, tokenizer, detokenizer.
+
+    The costs are CPU time of one host process (``dynosim.host`` has the model and sourced
+    reference figures). ``request_us``: the fixed cost of one request (HTTP parse, request
+    setup, the tokenizer call); ``input_token_us``: tokenisation per prompt token;
+    ``output_token_us``: detokenisation and SSE streaming per output token. The process
+    count per replica is ``api_server_count`` on vLLM (``--api-server-count``) and
+    ``tokenizer_workers`` on SGLang (``--tokenizer-worker-num``); the other backend's field
+    is an error, and TensorRT-LLM takes neither (``trtllm-serve`` has no such flag). Unset: as
+    many processes as there is work (the costs are pure delays). All costs 0 (the default)
+    is the same as no host section.
+    """
+
+    api_server_count: int | None = None
+    tokenizer_workers: int | None = None
+    request_us: float = 0.0
+    input_token_us: float = 0.0
+    output_token_us: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("api_server_count", "tokenizer_workers"):
+            if getattr(self, name) is not None:
+                _int(f"host.{name}", getattr(self, name), 1, 4096)
+        for name in ("request_us", "input_token_us", "output_token_us"):
+            _float(f"host.{name}", getattr(self, name), 0.0, 1e7)
+
+    @property
+    def processes(self) -> int | None:
+        """Host processes per replica (None: unbounded)."""
+        if self.api_server_count is not None:
+            return self.api_server_count
+        return self.tokenizer_workers
+
+
+HOST_COUNT_BACKEND = {"api_server_count": "vllm", "tokenizer_workers": "sglang"}
+"""The backend that has each host process-count field (vLLM ``--api-server-count``, SGLang
+``--tokenizer-worker-num``)."""
+
+
+SpecMethod = Literal["mtp", "eagle", "draft"]
+SpecSampling = Literal["expected", "sampled"]
+MTP_ACCEPTANCE = 0.85
+"""Default acceptance of an MTP draft token: DeepSeek-V3's second-token acceptance rate,
+"between 85% and 90%" (DeepSeek-V3 Technical Report, arXiv:2412.19437, section 5.4.3)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpeculativeConfig:
+    """Speculative decoding (:mod:`dynosim.perf.speculative` has the model).
+
+    ``acceptance``: one rate for every draft position, or ``num_speculative_tokens`` rates,
+    position ``i`` accepted with probability ``p_i`` once ``1..i-1`` were. Required for
+    ``eagle`` and ``draft`` (it depends on the heads or draft model and on the data); MTP
+    defaults to :data:`MTP_ACCEPTANCE`. ``draft_model``: the draft model (``draft`` only).
+    ``sampling``: ``expected`` (every request at the mean tokens per step) or ``sampled``
+    (seeded draws per request).
+    """
+
+    method: SpecMethod = "mtp"
+    num_speculative_tokens: int = 1
+    acceptance: float | tuple[float, ...] | None = None
+    draft_model: str | None = None
+    sampling: SpecSampling = "expected"
+
+    def __post_init__(self) -> None:
+        _choice("speculative.method", self.method, get_args(SpecMethod))
+        _int("speculative.num_speculative_tokens", self.num_speculative_tokens, 0, 16)
+        _choice("speculative.sampling", self.sampling, get_args(SpecSampling))
+        a = self.acceptance
+        if a is None:
+            if self.method != "mtp":
+                raise ConfigError(
+                    "speculative.acceptance", None, f"a rate in [0, 1] or a list of "
+                    f"{self.num_speculative_tokens} (required for method {self.method})"
+                )  # fmt: skip
+            object.__setattr__(self, "acceptance", MTP_ACCEPTANCE)
+        elif isinstance(a, list | tuple):
+            if len(a) != self.num_speculative_tokens:
+                raise ConfigError(
+                    "speculative.acceptance", list(a),
+                    f"{self.num_speculative_tokens} rates (one per speculative token) or one",
+                )  # fmt: skip
+            for x in a:
+                _float("speculative.acceptance", x, 0.0, 1.0)
+            object.__setattr__(self, "acceptance", tuple(float(x) for x in a))
+        else:
+            _float("speculative.acceptance", a, 0.0, 1.0)
+        if (self.method == "draft") != (self.draft_model is not None):
+            raise ConfigError(
+                "speculative.draft_model", self.draft_model,
+                "a model name with method: draft (and only then)",
+            )  # fmt: skip
+
+
 def _tp(name: str, value: object) -> None:
     _int(name, value, 1, 64)
     assert isinstance(value, int)
     if value & (value - 1):
         raise ConfigError(name, value, "a power of two (1, 2, 4, 8, ...)")
+
+
+def _check_host(backend: str, host: HostConfig | None) -> None:
+    if host is None:
+        return
+    if not isinstance(host, HostConfig):
+        raise ConfigError("host", host, "a host section {api_server_count | tokenizer_workers, "
+                          "request_us, input_token_us, output_token_us}")  # fmt: skip
+    for name, owner in HOST_COUNT_BACKEND.items():
+        value = getattr(host, name)
+        if value is not None and backend != owner:
+            raise ConfigError(
+                f"host.{name}", value, f"unset with backend {backend} (a {owner} option; "
+                "vllm: api_server_count, sglang: tokenizer_workers, trtllm: neither)"
+            )  # fmt: skip
+
+
+def _moe_tp(tp: int, ep: int, moe_tp: int | None, attention_dp: int) -> int:
+    return moe_tp if moe_tp is not None else tp * attention_dp // ep
+
+
+def _parallel(tp: int, ep: object, moe_tp: object, attention_dp: object) -> None:
+    """Expert parallelism, expert TP and attention DP of one engine replica.
+
+    A replica has ``tp x attention_dp`` GPUs; its MoE layers spread over the same GPUs as
+    ``moe_tp x ep`` (so ``moe_tp`` defaults to ``tp x attention_dp / ep``).
+    """
+    _int("attention_dp", attention_dp, 1, 1024)
+    _int("ep", ep, 1, 1024)
+    assert isinstance(ep, int)
+    assert isinstance(attention_dp, int)
+    gpus = tp * attention_dp
+    if moe_tp is None:
+        if gpus % ep:
+            raise ConfigError(
+                "ep", ep, f"a divisor of tp x attention_dp ({tp} x {attention_dp} = {gpus})"
+            )
+        return
+    _int("moe_tp", moe_tp, 1, 1024)
+    assert isinstance(moe_tp, int)
+    if moe_tp * ep != gpus:
+        want = f"{gpus // ep}" if gpus % ep == 0 else "none"
+        raise ConfigError(
+            "moe_tp", moe_tp, f"{want}: moe_tp x ep = tp x attention_dp, the replica's {gpus} "
+            f"GPUs (ep {ep})"
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -316,6 +528,13 @@ class DeploymentConfig:
     slo: SLOConfig = field(default_factory=SLOConfig)
     gpu_hour_usd: float | None = None
     framework_overhead_us: float | None = None
+    calibration: str | None = None
+    ep: int = 1
+    moe_tp: int | None = None
+    attention_dp: int = 1
+    kv_cache_dtype: KVDType | None = None
+    host: HostConfig | None = None
+    speculative: SpeculativeConfig | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model:
@@ -330,6 +549,8 @@ class DeploymentConfig:
         _choice("decode_router", self.decode_router, get_args(RouterName))
         _tp("tp", self.tp)
         _int("workers", self.workers, 1, 100_000)
+        if self.kv_cache_dtype is not None:
+            _choice("kv_cache_dtype", self.kv_cache_dtype, get_args(KVDType))
         _int("max_local_prefill_tokens", self.max_local_prefill_tokens, 0, 1 << 30)
         if self.mode == "disagg":
             for name in ("prefill", "decode"):
@@ -338,6 +559,7 @@ class DeploymentConfig:
                         name, getattr(self, name), "a pool {tp, workers, engine} (mode: disagg)"
                     )
         else:
+            _parallel(self.tp, self.ep, self.moe_tp, self.attention_dp)
             for name in ("prefill", "decode"):
                 if getattr(self, name) is not None:
                     raise ConfigError(name, "a pool", "no pools with mode: agg (set mode: disagg)")
@@ -345,12 +567,31 @@ class DeploymentConfig:
                 raise ConfigError(
                     "max_local_prefill_tokens", self.max_local_prefill_tokens, "0 with mode: agg"
                 )
+        self._check_engines()
         if self.planner is not None:
             self._check_planner(self.planner)
+            if any(p.attention_dp > 1 for _, p in self.pools()):
+                raise ConfigError(
+                    "planner", "a planner", "no planner with attention_dp > 1 (not supported yet)"
+                )
         if self.gpu_hour_usd is not None:
             _float("gpu_hour_usd", self.gpu_hour_usd, 0.0, 1e6)
         if self.framework_overhead_us is not None:
             _float("framework_overhead_us", self.framework_overhead_us, 0.0, 1e7)
+        if self.calibration is not None and (
+            not isinstance(self.calibration, str) or not self.calibration.strip()
+        ):
+            raise ConfigError("calibration", self.calibration, "the path of a profile YAML file")
+        _check_host(self.backend, self.host)
+
+    def _check_engines(self) -> None:
+        """Backend-specific engine fields only with their backend (pool engines too)."""
+        _check_backend_engine(self.backend, "", self.engine)
+        for name, pool in self._own_pools():
+            _check_backend_engine(self.backend, f"{name}.", pool.engine)
+
+    def _own_pools(self) -> tuple[tuple[str, PoolConfig], ...]:
+        return tuple((n, p) for n in ("prefill", "decode") if (p := getattr(self, n)) is not None)
 
     def _check_planner(self, planner: PlannerConfig) -> None:
         for name, pool in self.pools():
@@ -381,7 +622,15 @@ class DeploymentConfig:
             assert self.prefill is not None
             assert self.decode is not None
             return (("prefill", self.prefill), ("decode", self.decode))
-        return (("agg", PoolConfig(tp=self.tp, workers=self.workers, engine=self.engine)),)
+        agg = PoolConfig(
+            tp=self.tp,
+            workers=self.workers,
+            engine=self.engine,
+            ep=self.ep,
+            moe_tp=self.moe_tp,
+            attention_dp=self.attention_dp,
+        )
+        return (("agg", agg),)
 
     def pool_view(self, name: PoolName) -> DeploymentConfig:
         """The aggregated deployment of one pool's workers (for sizing and step times)."""
@@ -398,7 +647,29 @@ class DeploymentConfig:
             slo=self.slo,
             gpu_hour_usd=self.gpu_hour_usd,
             framework_overhead_us=self.framework_overhead_us,
+            calibration=self.calibration,
+            ep=pool.ep,
+            moe_tp=pool.moe_tp,
+            attention_dp=pool.attention_dp,
+            kv_cache_dtype=self.kv_cache_dtype,
+            speculative=self.speculative if name != "prefill" else None,
         )
+
+    @property
+    def kv_dtype(self) -> KVDType:
+        """The KV cache's element type.
+
+        ``kv_cache_dtype`` if set; else fp8 for fp8, fp8_block and nvfp4 weights (as before:
+        an fp8 deployment stores its KV cache in fp8), else (bf16, mxfp4) bf16.
+        """
+        if self.kv_cache_dtype is not None:
+            return self.kv_cache_dtype
+        return "bf16" if self.dtype in ("bf16", "mxfp4") else "fp8"
+
+    @property
+    def moe_tp_size(self) -> int:
+        """Tensor parallelism inside each expert (``moe_tp``, or ``tp x attention_dp / ep``)."""
+        return _moe_tp(self.tp, self.ep, self.moe_tp, self.attention_dp)
 
     @property
     def gpus(self) -> int:
@@ -411,7 +682,7 @@ class DeploymentConfig:
         p = self.planner
         if p is None:
             return self.gpus
-        most = sum(pool.tp * p.limits(name).max_workers for name, pool in self.pools())
+        most = sum(pool.gpus_per_worker * p.limits(name).max_workers for name, pool in self.pools())
         return min(most, p.max_gpus) if p.max_gpus is not None else most
 
     @classmethod
@@ -430,7 +701,7 @@ class DeploymentConfig:
             kwargs[key] = value if sub is None else _section(key, value, sub)
         mode = data.get("mode", "agg")
         if mode == "disagg":
-            for key in ("tp", "workers"):
+            for key in _PER_POOL:
                 if key in data:
                     raise ConfigError(
                         key, data[key], f"no top-level {key} with mode: disagg (set "
@@ -455,12 +726,44 @@ class DeploymentConfig:
         out: dict[str, Any] = {}
         for f in fields(self):
             v = getattr(self, f.name)
-            if v is None and f.name in ("prefill", "decode", "planner"):
+            if v is None and f.name in ("prefill", "decode", "planner", "speculative"):
                 continue
-            if self.mode == "disagg" and f.name in ("tp", "workers"):
+            if self.mode == "disagg" and f.name in _PER_POOL:
                 continue
+            if f.name in _NEW_DEFAULTS and v == _NEW_DEFAULTS[f.name]:
+                continue  # left out at their defaults: older configs keep their plain form
             out[f.name] = _plain(v)
         return out
+
+
+_PER_POOL = ("tp", "workers", "ep", "moe_tp", "attention_dp")
+_NEW_DEFAULTS: dict[str, object] = {
+    "ep": 1,
+    "moe_tp": None,
+    "attention_dp": 1,
+    "kv_cache_dtype": None,
+    "host": None,
+}
+
+
+def _check_backend_engine(backend: str, where: str, engine: EngineConfig) -> None:
+    """A backend-specific engine field set for another backend is an error."""
+    for other, names in BACKEND_ENGINE_FIELDS.items():
+        if other == backend:
+            continue
+        for name in names:
+            value = getattr(engine, name)
+            if value is not None:
+                raise ConfigError(
+                    f"{where}engine.{name}", value, f"only with backend: {other} (this is "
+                    f"{backend})"
+                )  # fmt: skip
+    if backend != "sglang" and engine.block_size in SGLANG_PAGE_SIZES:
+        raise ConfigError(
+            f"{where}engine.block_size",
+            engine.block_size,
+            " | ".join(map(str, BLOCK_SIZES)) + f" with backend: {backend} (1-8: sglang only)",
+        )
 
 
 def _check_keys(data: object, top: set[str]) -> None:
@@ -475,7 +778,14 @@ def _check_keys(data: object, top: set[str]) -> None:
 
 def _plain(v: object) -> Any:
     if _is_dc(v):
-        return {g.name: _plain(getattr(v, g.name)) for g in fields(v)}  # type: ignore[arg-type]
+        out = {g.name: _plain(getattr(v, g.name)) for g in fields(v)}  # type: ignore[arg-type]
+        if isinstance(v, PoolConfig):
+            for name in ("ep", "moe_tp", "attention_dp"):
+                if out[name] == _NEW_DEFAULTS[name]:
+                    del out[name]
+        return out
+    if isinstance(v, tuple):
+        return list(v)  # YAML and JSON both write lists
     return v
 
 
@@ -484,6 +794,8 @@ _NESTED: dict[str, type] = {
     "engine": EngineConfig,
     "slo": SLOConfig,
     "kv_transfer": KVTransferConfig,
+    "host": HostConfig,
+    "speculative": SpeculativeConfig,
 }
 
 
@@ -509,7 +821,8 @@ def _section(key: str, value: object, sub: type) -> Any:
 def _prefixed(exc: ConfigError, key: str, sub: type) -> ConfigError:
     """``exc`` with its field named under ``key`` (``engine.x`` in a pool: ``decode.engine.x``)."""
     own = {"EngineConfig": "engine", "KVRouterConfig": "kv_router", "SLOConfig": "slo",
-           "KVTransferConfig": "kv_transfer", "PlannerConfig": "planner"}  # fmt: skip
+           "KVTransferConfig": "kv_transfer", "PlannerConfig": "planner",
+           "HostConfig": "host", "SpeculativeConfig": "speculative"}  # fmt: skip
     field_name = exc.field
     head = own.get(sub.__name__)
     if head is not None and field_name.startswith(head + "."):

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from dynosim.config import SLOConfig
+
+if TYPE_CHECKING:
+    from dynosim.host import HostMetrics
 
 STAT_KEYS = ("avg", "min", "max", "p50", "p90", "p99")
 NAN = float("nan")
@@ -165,6 +168,7 @@ class Metrics:
     early_stop: str | None = None
     pools: tuple[PoolMetrics, ...] = ()
     timeline: dict[str, Any] | None = None
+    host: HostMetrics | None = None
 
     @property
     def speedup(self) -> float:
@@ -174,6 +178,8 @@ class Metrics:
     def to_dict(self) -> dict[str, Any]:
         """Nested plain data keyed by metric name (JSON-ready; NaN stays NaN)."""
         out = asdict(self)
+        if self.host is None:  # no host section: the same keys as before there was one
+            del out["host"]
         out["speedup"] = self.speedup
         return out
 
@@ -189,6 +195,13 @@ class Metrics:
                 out.update({f"{f.name}.{k}": float(getattr(value, k)) for k in STAT_KEYS})
             elif isinstance(value, int | float) and not isinstance(value, bool):
                 out[f.name] = float(value)
+        if self.host is not None:  # host.stream_utilization, host.tokenize_queue_time.p90, ...
+            for f in fields(self.host):
+                value = getattr(self.host, f.name)
+                if isinstance(value, Stat):
+                    out.update({f"host.{f.name}.{k}": float(getattr(value, k)) for k in STAT_KEYS})
+                else:
+                    out[f"host.{f.name}"] = float(value)
         out["speedup"] = self.speedup
         return out
 

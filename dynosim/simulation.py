@@ -26,6 +26,7 @@ that one completes (or is rejected), after its ``delay_s``, and not before its `
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import time
@@ -41,9 +42,11 @@ from dynosim.cluster.planner import Planner, PoolSample, Window, sample
 from dynosim.cluster.pool import WorkerPool
 from dynosim.cluster.transfer import KVLinks
 from dynosim.config import DeploymentConfig, PoolName
+from dynosim.engine.policies import worker_class
 from dynosim.engine.state import RunningRequest
 from dynosim.engine.worker import EngineWorker
 from dynosim.errors import ConfigError, InfeasibleError
+from dynosim.host import Host, StreamedRequest
 from dynosim.metrics import (
     NAN,
     GpuTimeline,
@@ -54,6 +57,7 @@ from dynosim.metrics import (
     measured,
     summarize,
 )
+from dynosim.perf.speculative import extra_blocks, verify_steps
 from dynosim.router import make_router
 from dynosim.slo_monitor import MonitorState, SLOMonitor
 from dynosim.timer import schedule_timer
@@ -131,12 +135,13 @@ class Simulation:
                 name,
                 self.env,
                 tp=pool.tp,
-                workers=pool.workers,
+                workers=pool.workers * pool.attention_dp,  # one scheduler per DP rank
                 engine=pool.engine,
                 perf=perfs[name],
                 router=make_router(config, self.rng, router),
                 on_finish=self._on_prefilled if name == "prefill" else self._on_finish,
                 fast_forward=fast_forward,
+                worker_cls=worker_class(config.backend, pool.engine.capacity_scheduler_policy),
             )
         self.disagg = config.mode == "disagg"
         self.decode = self.pools["decode"] if self.disagg else self.pools["agg"]
@@ -155,11 +160,32 @@ class Simulation:
         n = len(requests)
         self._arrival_us = np.full(n, -1, dtype=np.int64)
         self._state: list[RunningRequest | None] = [None] * n
+        self._spec_steps: np.ndarray | None = None
+        self._spec_extra = np.zeros(n, dtype=np.int64)
+        spec = config.speculative
+        if spec is not None and spec.num_speculative_tokens > 0 and n:
+            outs = np.fromiter((r.output_tokens for r in requests), np.int64, n)
+            ins = np.fromiter((r.input_tokens for r in requests), np.int64, n)
+            self._spec_steps = verify_steps(outs, spec, seed)
+            bs = self.decode.engine.block_size
+            self._spec_extra = extra_blocks(ins, outs, self._spec_steps, bs)
         self._prefill_state: list[RunningRequest | None] = [None] * n
         self._finish_us = np.full(n, -1, dtype=np.int64)
         self._worker = np.full(n, -1, dtype=np.int64)
         self._prefill_worker = np.full(n, -1, dtype=np.int64)
         self._transfer_us = np.zeros(n, dtype=np.int64)
+        # Host processes (dynosim.host): a tokenised request re-enters the arrival heap as
+        # id + n; the client's view of first and last tokens comes from the replica's clock.
+        self.host = None
+        if config.host is not None:
+            dp = {name: pool.attention_dp for name, pool in config.pools()}
+            self.host = Host(
+                config.host, n, entry_dp=dp[self.entry.name], decode_dp=dp[self.decode.name]
+            )
+        self._streams = self.host is not None and self.host.streams
+        if self.host is not None and self._streams:
+            self.decode.set_on_tokens(self.host.on_tokens)
+        self._first_shown_us = np.full(n, -1, dtype=np.int64)
         self.kv_bytes_received = 0
         self.rejections: dict[int, str] = {}
         self._followers: dict[int, list[int]] = {}
@@ -220,7 +246,10 @@ class Simulation:
         heap = self._heap
         while heap and heap[0][0] <= now:
             _, rid = heapq.heappop(heap)
-            self._arrive(rid, now)
+            if rid < len(self.requests):
+                self._arrive(rid, now)
+            else:  # tokenised by the host: route it now
+                self._route(rid - len(self.requests), now)
         if heap:
             self._schedule_dispatch(heap[0][0])
         else:
@@ -244,6 +273,16 @@ class Simulation:
             return
         if self._monitor is not None:
             self._monitor.on_arrival(rid)
+        host = self.host
+        if host is not None and host.tokenizes:
+            ready = host.tokenized_us(rid, now, r.input_tokens, len(self.entry.active))
+            self._push(ready, rid + len(self.requests))
+            return
+        self._route(rid, now)
+
+    def _route(self, rid: int, now: int) -> None:
+        """Send request ``rid`` (arrived, and tokenised if a host does it) to its worker."""
+        r = self.requests[rid]
         if not self.disagg:
             rr = self._leg(rid)
             self._serve_local(rid, self.decode.route(rr, now), now, rr)
@@ -265,7 +304,21 @@ class Simulation:
 
     def _leg(self, rid: int, remote: int = 0) -> RunningRequest:
         prefix = self.decode.engine.enable_prefix_caching
-        return RunningRequest(self.requests[rid], prefix_caching=prefix, remote=remote)
+        rr: RunningRequest
+        if self._streams:  # the host streams its tokens from its first
+            rr = StreamedRequest(self.requests[rid], prefix_caching=prefix, remote=remote,
+                                 on_first=self._on_first_token)  # fmt: skip
+        else:
+            rr = RunningRequest(self.requests[rid], prefix_caching=prefix, remote=remote)
+        if self._spec_steps is not None:  # speculative decoding: verify steps, not tokens
+            rr.max_tokens = int(self._spec_steps[rid])
+            rr.extra_blocks = int(self._spec_extra[rid])
+        return rr
+
+    def _on_first_token(self, rr: RunningRequest, now: int) -> None:
+        assert self.host is not None
+        rid = rr.req.id
+        self._first_shown_us[rid] = self.host.first_token(rid, int(self._worker[rid]), now)
 
     def _serve_local(self, rid: int, w: EngineWorker, now: int, rr: RunningRequest) -> None:
         """``rr`` (the request ``rid``, the one its router saw) is served by ``w`` from now."""
@@ -338,20 +391,27 @@ class Simulation:
     # ----------------------------------------------------------------- completion
     def _on_finish(self, rr: RunningRequest, now: int) -> None:
         rid = rr.req.id
-        self._finish_us[rid] = now
+        first, shown = rr.first_token_us, now  # as the client sees them
+        if self._streams:
+            assert self.host is not None
+            first, shown = self.host.deliver(
+                rid, int(self._worker[rid]), first, now, rr.req.output_tokens
+            )
+            self._first_shown_us[rid] = first
+        self._finish_us[rid] = shown
         self._open -= 1
         if self.planner is not None:  # what the planner sees of the latencies
             win = self._window
             win.finished += 1
-            win.ttft_us += rr.first_token_us - self._arrival_us[rid]
+            win.ttft_us += first - self._arrival_us[rid]
             if rr.req.output_tokens > 1:
                 win.decoded += 1
-                win.itl_us += (now - rr.first_token_us) / (rr.req.output_tokens - 1)
+                win.itl_us += (shown - first) / (rr.req.output_tokens - 1)
         if self.decode.draining:
             self.decode.check_drained(self.decode.workers[self._worker[rid]], now)
-        self._release_followers(rid, now)
+        self._release_followers(rid, shown)
         if self._monitor is not None:
-            self._monitor.on_finish(rid, now)
+            self._monitor.on_finish(rid, shown)
 
     def _release_followers(self, rid: int, now: int) -> None:
         for fid in self._followers.pop(rid, ()):
@@ -442,6 +502,13 @@ class Simulation:
             timeline=self._timeline() if self._plan_us or self._sample_us else None,
             scaling_events=sum(p.scaling_events for p in self.pools.values()),
         )
+        if self.host is not None:
+            host = self.host.metrics(
+                measured(records, warmup_requests),
+                _worker_us(self.entry, end_us),
+                _worker_us(self.decode, end_us),
+            )
+            metrics = dataclasses.replace(metrics, host=host)
         workers = [w for p in self.pools.values() for w in p.workers]
         return SimResult(
             records=records,
@@ -516,6 +583,8 @@ class Simulation:
         return out
 
     def _first_token_us(self, rid: int) -> int:
+        if self._first_shown_us[rid] >= 0:
+            return int(self._first_shown_us[rid])
         rr = self._state[rid]
         return rr.first_token_us if rr is not None else -1
 
@@ -534,6 +603,8 @@ class Simulation:
                 preempt[rid] += pr.preemptions
                 if rr is None:
                     cached[rid] = pr.cached_tokens
+        if self._streams:  # the client's first token (set for the completed requests)
+            first = np.where(self._first_shown_us >= 0, self._first_shown_us, first)
         return RequestRecords(
             arrival_us=self._arrival_us.copy(),
             first_token_us=first,

@@ -22,6 +22,7 @@ COMMANDS = {
     "studies": "List the studies in a storage.",
     "export": "Print a trial as launch commands for its backend and an AIPerf check.",
     "validate": "Replay measured benchmark points in the simulator and report the error.",
+    "calibrate": "Fit a calibration profile (step and host overheads) to measurements.",
 }
 
 

@@ -343,6 +343,7 @@ def _port(cfg: DeploymentConfig, replica: int) -> int:
 def engine_part(cfg: DeploymentConfig, yaml_path: str) -> tuple[Part, str | None]:
     """One standalone server per worker replica, and the TRT-LLM YAML (``None`` otherwise)."""
     flags, notes, yaml_text = _ENGINE_FLAGS[cfg.backend](cfg, yaml_path)
+    flags += _host_flags(cfg, notes)
     commands = []
     for r in range(cfg.workers):
         host_port = ("--host", "0.0.0.0", "--port", str(_port(cfg, r)))
@@ -359,6 +360,24 @@ def engine_part(cfg: DeploymentConfig, yaml_path: str) -> tuple[Part, str | None
         )
     title = f"engine: {cfg.workers} {cfg.backend} replica(s) x TP {cfg.tp}"
     return Part(title, tuple(commands), tuple(notes)), yaml_text
+
+
+def _host_flags(cfg: DeploymentConfig, notes: list[str]) -> list[str]:
+    """The host-process flags of a standalone server.
+
+    vLLM ``--api-server-count`` (vllm-project/vllm PR #17546), SGLang ``--tokenizer-worker-num``
+    (sgl-project/sglang PR #8964); the host's costs are simulator inputs with no flag.
+    """
+    h = cfg.host
+    if h is None:
+        return []
+    if h.request_us or h.input_token_us or h.output_token_us:
+        notes.append("host request_us/input_token_us/output_token_us: simulated CPU costs, no flag")
+    if h.api_server_count is not None:
+        return ["--api-server-count", str(h.api_server_count)]
+    if h.tokenizer_workers is not None:
+        return ["--tokenizer-worker-num", str(h.tokenizer_workers)]
+    return []
 
 
 def _vllm(cfg: DeploymentConfig, _yaml: str) -> tuple[list[str], list[str], None]:
@@ -391,6 +410,17 @@ def _vllm(cfg: DeploymentConfig, _yaml: str) -> tuple[list[str], list[str], None
             "dtype fp8 = FP8 weights and KV cache; drop --quantization fp8 for an "
             "FP8 checkpoint (vLLM reads its quantization from the checkpoint)"
         )
+    sp = cfg.speculative
+    if sp is not None and sp.num_speculative_tokens:
+        spec: dict[str, Any] = {
+            "method": {"mtp": "mtp", "eagle": "eagle", "draft": "draft_model"}[sp.method],
+            "num_speculative_tokens": sp.num_speculative_tokens,
+        }
+        if sp.draft_model is not None:
+            spec["model"] = sp.draft_model
+        flags += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+        if sp.method == "eagle":
+            notes.append('speculative eagle: add "model": <the EAGLE head checkpoint>')
     return flags, notes, None
 
 
@@ -399,19 +429,27 @@ def _sglang(cfg: DeploymentConfig, _yaml: str) -> tuple[list[str], list[str], No
     flags = [
         "--tp-size", str(cfg.tp),
         "--max-running-requests", str(e.max_num_seqs),
-        "--max-prefill-tokens", str(e.max_num_batched_tokens),
     ]  # fmt: skip
+    if e.max_prefill_tokens is not None:
+        flags += ["--max-prefill-tokens", str(e.max_prefill_tokens)]
     if e.enable_chunked_prefill:
-        flags += ["--chunked-prefill-size", str(e.max_num_batched_tokens), "--enable-mixed-chunk"]
+        flags += ["--chunked-prefill-size", str(e.max_num_batched_tokens)]
     else:
         flags += ["--chunked-prefill-size", "-1"]
+    if e.enable_mixed_chunk:
+        flags.append("--enable-mixed-chunk")
+    if e.schedule_policy is not None:
+        flags += ["--schedule-policy", e.schedule_policy]
+    if e.schedule_conservativeness is not None:
+        flags += ["--schedule-conservativeness", _num(e.schedule_conservativeness)]
     flags += ["--page-size", str(e.block_size)]
     if not e.enable_prefix_caching:
         flags.append("--disable-radix-cache")
     flags += ["--mem-fraction-static", _num(e.gpu_memory_utilization)]
     notes = [
-        "max_num_batched_tokens -> --max-prefill-tokens and --chunked-prefill-size: SGLang "
-        "bounds prefill tokens per step; decode tokens are not counted against it",
+        "max_num_batched_tokens -> --chunked-prefill-size: SGLang bounds the prefill tokens of "
+        "a batch with it (and --max-prefill-tokens, default 16384); decode tokens are not "
+        "counted against it unless --enable-mixed-chunk",
         "gpu_memory_utilization -> --mem-fraction-static: SGLang's fraction covers weights and "
         "the KV pool only (activations come out of the rest)",
     ]
@@ -420,6 +458,18 @@ def _sglang(cfg: DeploymentConfig, _yaml: str) -> tuple[list[str], list[str], No
         notes.append(
             "dtype fp8 = FP8 weights and KV cache; drop --quantization fp8 for an FP8 checkpoint"
         )
+    sp = cfg.speculative
+    if sp is not None and sp.num_speculative_tokens:
+        k = sp.num_speculative_tokens
+        algo = {"mtp": "NEXTN", "eagle": "EAGLE", "draft": "STANDALONE"}[sp.method]
+        flags += [
+            "--speculative-algorithm", algo, "--speculative-num-steps", str(k),
+            "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(k + 1),
+        ]  # fmt: skip
+        if sp.draft_model is not None:
+            flags += ["--speculative-draft-model-path", sp.draft_model]
+        if sp.method == "eagle":
+            notes.append("speculative eagle: add --speculative-draft-model-path <EAGLE head>")
     return flags, notes, None
 
 
@@ -433,7 +483,23 @@ def trtllm_options(cfg: DeploymentConfig) -> dict[str, Any]:
     }
     if cfg.dtype == "fp8":
         kv["dtype"] = "fp8"
-    return {"enable_chunked_prefill": e.enable_chunked_prefill, "kv_cache_config": kv}
+    out: dict[str, Any] = {
+        "enable_chunked_prefill": e.enable_chunked_prefill,
+        "kv_cache_config": kv,
+    }
+    # LLM API SchedulerConfig (tensorrt_llm/llmapi/llm_args.py); the default is the simulated one
+    out["scheduler_config"] = {
+        "capacity_scheduler_policy": e.capacity_scheduler_policy or "GUARANTEED_NO_EVICT"
+    }
+    sp = cfg.speculative
+    if sp is not None and sp.num_speculative_tokens and sp.method != "draft":
+        k = sp.num_speculative_tokens
+        out["speculative_config"] = (
+            {"decoding_type": "MTP", "num_nextn_predict_layers": k}
+            if sp.method == "mtp"
+            else {"decoding_type": "Eagle", "max_draft_len": k}
+        )  # LLM API MTPDecodingConfig / EagleDecodingConfig (tensorrt_llm/llmapi/llm_args.py)
+    return out
 
 
 def _trtllm(cfg: DeploymentConfig, yaml_path: str) -> tuple[list[str], list[str], str]:

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args, get_type_hints
 
-from dynosim.config import DeploymentConfig, PlannerConfig
+from dynosim.config import BACKEND_ENGINE_FIELDS, DeploymentConfig, PlannerConfig
 from dynosim.errors import ConfigError, DynosimError, InfeasibleError
 from dynosim.metrics import STAT_KEYS, Metrics, Stat
 from search.load import LEVEL_KNOB, LOAD_METRICS
@@ -180,6 +180,31 @@ class Problem:
             if name != LEVEL_KNOB:
                 check_path(name)
         self._check_modes()
+        self._check_backends()
+
+    def _check_backends(self) -> None:
+        """Refuse a backend-specific engine knob that is active with another backend.
+
+        ``engine.enable_mixed_chunk`` (SGLang) with a ``backend`` knob that can be vllm, say,
+        needs ``when: {backend: sglang}``.
+        """
+        fixed = self.base.get("backend", "vllm")
+        possible: set[object] = {fixed}
+        if "backend" in self.space.names:
+            knob = self.space.knob("backend")
+            chosen: set[object] = set(knob.values)
+            possible = chosen | possible if knob.when else chosen
+        for knob in self.space.knobs:
+            own = _backend_of(knob.name)
+            if own is None:
+                continue
+            scoped = dict(knob.when).get("backend")
+            live = possible if scoped is None else possible & set(scoped)
+            if live - {own}:
+                raise ConfigError(
+                    f"knobs.{knob.name}", knob.name, f"an engine field of backend {own} only "
+                    f"(add when: {{backend: {own}}})"
+                )  # fmt: skip
 
     def _check_modes(self) -> None:
         """Refuse a knob that is active with a ``mode`` its field does not exist in.
@@ -243,14 +268,16 @@ class Problem:
         for name, value in params.items():
             if name != LEVEL_KNOB:  # the load level of a sweep point is not a deployment field
                 _put(out, name, value)
+        _drop_other_backends(out)
         budget = self.gpu_budget
         if budget is None:
             return out
         planner = out.get("planner")
         if mode != "disagg" and "workers" not in params and "workers" not in self.base:
             tp = out.get("tp", 1)
-            if _is_int(tp) and tp > 0:
-                out["workers"] = _within_planner(budget // tp, planner)
+            dp = out.get("attention_dp", 1)  # a replica has tp x attention_dp GPUs
+            if _is_int(tp) and tp > 0 and _is_int(dp) and dp > 0:
+                out["workers"] = _within_planner(budget // (tp * dp), planner)
         if isinstance(planner, dict) and planner.get("max_gpus") is None:
             planner["max_gpus"] = budget
         return out
@@ -270,6 +297,12 @@ class Problem:
             tp = data.get("tp", 1)
             if data.get("mode", "agg") != "disagg" and _is_int(tp) and tp > budget:
                 raise InfeasibleError(f"tp={tp} exceeds the GPU budget of {budget}")
+            dp = data.get("attention_dp", 1)
+            agg = data.get("mode", "agg") != "disagg"
+            if agg and _is_int(tp) and _is_int(dp) and tp * dp > budget:
+                raise InfeasibleError(
+                    f"tp x attention_dp = {tp * dp} exceeds the GPU budget of {budget}"
+                )
             if "planner" in data:  # the initial GPUs first: the budget, not planner.max_gpus
                 start = _build({k: v for k, v in data.items() if k != "planner"})
                 if start.gpus > budget:
@@ -322,10 +355,35 @@ class Problem:
         return Score(values, cons, False, reason)
 
 
-AGG_ONLY = ("tp", "workers")
+AGG_ONLY = ("tp", "workers", "ep", "moe_tp", "attention_dp")
 """Top-level fields that only ``mode: agg`` has (with ``mode: disagg`` each pool has its own)."""
 DISAGG_ONLY = ("prefill", "decode", "max_local_prefill_tokens", "planner.prefill", "planner.decode")
 """Fields (and sections) that only ``mode: disagg`` has."""
+
+
+def _backend_of(name: str) -> str | None:
+    """The backend whose own engine field the knob ``name`` sets (any pool), or None."""
+    head, _, last = name.rpartition(".")
+    if head != "engine" and not head.endswith(".engine"):
+        return None
+    return next((b for b, fs in BACKEND_ENGINE_FIELDS.items() if last in fs), None)
+
+
+def _drop_other_backends(out: dict[str, Any]) -> None:
+    """Drop fixed engine fields of a backend other than the chosen one (top level and pools).
+
+    A study may fix ``engine.schedule_policy: lpm`` and tune ``backend``: the field applies to
+    the SGLang trials only.
+    """
+    backend = out.get("backend", "vllm")
+    for where in (out, out.get("prefill"), out.get("decode")):
+        engine = where.get("engine") if isinstance(where, dict) else None
+        if not isinstance(engine, dict):
+            continue
+        for other, names in BACKEND_ENGINE_FIELDS.items():
+            if other != backend:
+                for name in names:
+                    engine.pop(name, None)
 
 
 def _under(name: str, paths: Sequence[str]) -> bool:
@@ -454,8 +512,10 @@ def _drop(out: dict[str, Any], path: str) -> None:
 
 
 def _build(data: Mapping[str, Any]) -> DeploymentConfig:
+    from dynosim.perf.overhead import with_calibration  # the profile's host cost, if any
+
     try:
-        return DeploymentConfig.from_dict(data)
+        return with_calibration(DeploymentConfig.from_dict(data))
     except DynosimError as exc:
         raise InfeasibleError(f"invalid config: {exc}") from exc
 

@@ -14,13 +14,16 @@ Example::
       - {metric: output_token_throughput_per_gpu, direction: maximize}
       - {metric: output_token_throughput_per_user, direction: maximize}
     constraints: ["time_to_first_token.p90 <= 2000"]
+    slo_margin: p90                   # optional: latency constraints tightened by the calibration
+                                      # profile's p90 error (2000 -> 2000 / exp(1.28 sigma_ttft))
     optimizer: {name: optuna-nsga2, population: 8}
     budget: {max_trials: 40, max_wall_s: 900, tol: 0.001, patience: 3}
     executor: {kind: ray, address: null, num_cpus: 2}   # kind: ray | local
     storage: runs/dynosim.journal     # journal file, sqlite:///..., or any SQLAlchemy URL
     seed: 0
 
-Input paths (``space``, ``workload.trace``, ``workload.file``) are relative to the study file;
+Input paths (``space``, ``workload.trace``, ``workload.file``, ``deployment.calibration``) are
+relative to the study file;
 they are stored resolved, with the space inlined, so a resume needs only the storage. The
 storage path is relative to the working directory. ``simulator: module:function`` replaces
 ``dynosim.simulate`` (a testing hook).
@@ -55,7 +58,7 @@ DEFAULT_OBJECTIVES = (
 _TOP = {
     "name", "description", "model", "gpu", "gpu_budget", "deployment", "workload", "space",
     "objectives", "constraints", "optimizer", "budget", "executor", "storage", "seed",
-    "simulator", "load",
+    "simulator", "load", "slo_margin",
 }  # fmt: skip
 _BUDGET = {"max_trials", "max_wall_s", "tol", "patience", "generation", "trial_timeout_s"}
 _EXECUTOR = {"kind", "address", "num_cpus", "max_retries", "memory_limit_mb"}
@@ -220,6 +223,10 @@ def parse_study(
     name = _str(at, data, "name")
     deployment = _map(at, data, "deployment")
     _check_deployment_names(at, deployment)
+    if isinstance(deployment.get("calibration"), str) and deployment["calibration"]:
+        deployment["calibration"] = _resolve(
+            base, deployment["calibration"], f"{at}deployment.calibration"
+        )
     fixed = {**deployment, "model": _str(at, data, "model"), "gpu": _str(at, data, "gpu")}
     gpu_budget = data.get("gpu_budget")
     if gpu_budget is not None and (
@@ -242,6 +249,8 @@ def parse_study(
     if not isinstance(cons, list):
         raise ConfigError(f"{at}constraints", cons, "a list of 'METRIC <= NUMBER'")
     constraints = tuple(Constraint.parse(c, f"{at}constraints[{i}]") for i, c in enumerate(cons))
+    if data.get("slo_margin") is not None:
+        constraints = _with_margin(at, data["slo_margin"], constraints, fixed, space)
     try:
         problem = Problem(
             space=space, objectives=objectives, constraints=constraints, base=fixed,
@@ -324,6 +333,40 @@ def _load(
     if axis is not None:
         data["load"].update(axis=axis.kind, base=axis.base)
     return load, axis
+
+
+def _with_margin(
+    at: str,
+    raw: object,
+    constraints: tuple[Constraint, ...],
+    fixed: Mapping[str, Any],
+    space: Space,
+) -> tuple[Constraint, ...]:
+    """``slo_margin: p90``: latency constraints tightened by the calibration's p90 error.
+
+    The spread is the deployment's calibration profile's (or the shipped one's) for the
+    fixed backend, or the largest over the backends a ``backend`` knob offers; see
+    :func:`dynosim.perf.calibration.with_margin`.
+    """
+    from dynosim.perf.calibration import load_profile, metric_error_kind, parse_quantile
+    from dynosim.perf.calibration import with_margin as tighten
+
+    q = parse_quantile(raw, f"{at}slo_margin")
+    path = fixed.get("calibration")
+    try:
+        profile = load_profile(path if isinstance(path, str) else None)
+    except ConfigError as exc:
+        raise ConfigError(f"{at}deployment.{exc.field}", exc.value, exc.allowed) from None
+    knob = next((k for k in space.knobs if k.name == "backend"), None)
+    backends = [str(v) for v in knob.values] if knob is not None else [
+        str(fixed.get("backend", "vllm"))
+    ]  # fmt: skip
+    out = []
+    for c in constraints:
+        kind = metric_error_kind(c.metric)
+        sigma = max(profile.sigma(b, kind) for b in backends) if kind else 0.0
+        out.append(dataclasses.replace(c, value=tighten(c.metric, c.op, c.value, sigma, q)))
+    return tuple(out)
 
 
 def _no_unknown(at: str, prefix: str, data: Mapping[str, Any], allowed: set[str]) -> None:

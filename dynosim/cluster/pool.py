@@ -16,8 +16,9 @@ from simpy.events import NORMAL
 
 from dynosim.config import EngineConfig, PoolName
 from dynosim.engine.kv_cache import PrefixKVCache
+from dynosim.engine.policies import VllmWorker
 from dynosim.engine.state import RunningRequest
-from dynosim.engine.worker import EngineWorker, FinishCallback
+from dynosim.engine.worker import EngineWorker, FinishCallback, TokensCallback
 from dynosim.router import Router
 from dynosim.timer import schedule_timer
 
@@ -27,6 +28,9 @@ if TYPE_CHECKING:
 
 class WorkerPool:
     """Engines of one kind (aggregated, prefill or decode), their router and their GPU timeline.
+
+    ``worker_cls`` is the backend's scheduling policy
+    (:func:`dynosim.engine.policies.worker_class`).
 
     Attributes:
         workers: Every worker ever created, by index.
@@ -49,9 +53,11 @@ class WorkerPool:
         router: Router,
         on_finish: FinishCallback,
         fast_forward: bool,
+        worker_cls: type[EngineWorker] = VllmWorker,
     ) -> None:
         self.name = name
         self.env = env
+        self.worker_cls = worker_cls
         self.tp = tp
         self.engine = engine
         self.perf = perf
@@ -66,6 +72,7 @@ class WorkerPool:
         self.gpu_changes: list[tuple[int, int]] = [(0, 0)]
         self.scaling_events = 0
         self.on_retire: Callable[[EngineWorker, int], None] | None = None
+        self.on_tokens: TokensCallback | None = None  # given to every worker (see EngineWorker)
         for _ in range(workers):
             self.active.append(self._create(0))
 
@@ -130,7 +137,7 @@ class WorkerPool:
     # --------------------------------------------------------------- internals
     def _create(self, now_us: int) -> EngineWorker:
         engine = self.engine
-        w = EngineWorker(
+        w = self.worker_cls(
             len(self.workers),
             self.env,
             engine=engine,
@@ -139,9 +146,16 @@ class WorkerPool:
             on_finish=self._on_finish,
             fast_forward=self._fast_forward,
         )
+        w.on_tokens = self.on_tokens
         self.workers.append(w)
         self._set_gpus(now_us, self.tp)
         return w
+
+    def set_on_tokens(self, callback: TokensCallback | None) -> None:
+        """Tell every worker, present and future, to report its steps' tokens to ``callback``."""
+        self.on_tokens = callback
+        for w in self.workers:
+            w.on_tokens = callback
 
     def _on_ready(self, ev: simpy.Event) -> None:
         w = self.starting.pop(ev._value, None)

@@ -25,6 +25,7 @@ class RunningRequest:
         "cached_tokens",
         "computed",
         "enqueued_us",
+        "extra_blocks",
         "finish_step",
         "first_token_us",
         "g0",
@@ -36,6 +37,7 @@ class RunningRequest:
         "preemptions",
         "remote",
         "req",
+        "reserved",
         "s0",
         "seq",
         "target",
@@ -71,3 +73,9 @@ class RunningRequest:
         self.g0 = 0
         self.len0 = 0
         self.finish_step = -1
+        # Holds the KV blocks of its whole output from admission (TRT-LLM's
+        # GUARANTEED_NO_EVICT): it takes no block while decoding.
+        self.reserved = False
+        # KV blocks held from admission to the end besides the paged ones: the tokens that
+        # speculative decoding adds beyond one per step (see dynosim.perf.speculative).
+        self.extra_blocks = 0

@@ -1,19 +1,19 @@
-"""One engine worker: iteration-level continuous batching as vLLM v1 schedules it.
+"""One engine worker: iteration-level continuous batching, stepped in time.
 
-Each engine step (one forward pass) is formed at a step boundary: decoding requests get one
-token each, partly prefilled requests continue in admission order, then waiting requests are
-admitted first-come-first-served while ``max_num_seqs``, the ``max_num_batched_tokens`` budget
-and free KV blocks allow (chunked prefill splits a prompt over several steps). When a step
-needs more KV blocks than are free or evictable, the most recently admitted request is
-preempted (its blocks freed, recomputed later) and no new request is admitted that step.
+The worker keeps the mechanics every backend shares: a waiting queue, the requests being
+prefilled, the decoding requests (kept as aggregates over a decode step counter), the KV
+blocks, step boundaries and fast-forward. *Which* requests a step holds is the backend's
+scheduling policy: a subclass in :mod:`dynosim.engine.policies` implements
+:meth:`EngineWorker._start_step` (vLLM v1, SGLang, TRT-LLM) and calls :meth:`_launch`.
 
 Fast-forward: while only decoding requests run and nothing can be admitted, the batch is the
 same from step to step until the first completion, so one scheduled event covers many steps.
 The segment is cut at the first step boundary after an arrival routed here, and ends before
 the first step whose new KV blocks would exceed what is available (that step is then formed
-normally, with preemption) or, while a request waits, would evict a cached prefix.
-``fast_forward=False`` steps one iteration per event and is the reference the fast path must
-match exactly.
+normally, with the policy's preemption) or, while a request waits, would evict a cached
+prefix; a policy whose admission can change during a segment cuts it where it would
+(:meth:`_admissible_after`). ``fast_forward=False`` steps one iteration per event and is the
+reference the fast path must match exactly, for every policy.
 
 Time is integer microseconds. Step boundaries are scheduled with simpy's URGENT priority so
 that at an equal instant they run before arrivals: an arrival at a boundary's instant joins at
@@ -25,10 +25,10 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import simpy
-from simpy.events import URGENT
+from simpy.events import NORMAL, URGENT
 
 from dynosim.config import EngineConfig
 from dynosim.engine.kv_cache import PrefixKVCache
@@ -38,6 +38,8 @@ from dynosim.timer import schedule_timer
 from dynosim.types import HASH_BLOCK_TOKENS
 
 FinishCallback = Callable[[RunningRequest, int], None]
+TokensCallback = Callable[["EngineWorker", Sequence[int], int, int], None]
+"""``(worker, step ends, tokens of each step, first tokens of the last step)``."""
 _NEVER = 1 << 62
 
 
@@ -81,6 +83,9 @@ class EngineWorker:
         # Decoding requests, kept as aggregates over the decode step counter S.
         self.S = 0
         self.n_decode = 0
+        self.n_paged = 0  # decoding requests that take a new block every block_size steps
+        self.decode_steps = 0  # steps that decoded (the S counter with its cuts)
+        self._step_decodes = False
         self._len_offset = 0
         # _phase[r]: decoding requests whose KV length is a multiple of the block size (so
         # the next token needs a new block) at every step counter s with -s % block_size == r.
@@ -103,6 +108,13 @@ class EngineWorker:
         # Requests routed here whose KV is still crossing the link (disaggregated serving).
         self.incoming = 0
         self.incoming_blocks = 0
+        # Told the tokens each completed step emitted (a host streaming them; None: nobody):
+        # ``on_tokens(worker, ends, n, firsts)`` at each boundary, before its completions,
+        # with the end of every step the boundary closes (one, or a fast-forwarded
+        # segment's), the decoding requests' one token per step each, and the requests whose
+        # prompt the last step completed (each emits its first token). The same calls, step
+        # for step, in both modes.
+        self.on_tokens: TokensCallback | None = None
 
     # ----------------------------------------------------------------- views for the router
     @property
@@ -131,14 +143,25 @@ class EngineWorker:
 
     # ----------------------------------------------------------------------- input
     def enqueue(self, rr: RunningRequest, now_us: int) -> None:
-        """Accept a routed request at ``now_us``; an idle worker starts a step at once."""
+        """Accept a routed request at ``now_us``.
+
+        An idle worker forms its first step at the end of this instant (after the other
+        arrivals already due now), so requests that arrive together start together, as an
+        engine loop that wakes up finds every request its queue received meanwhile.
+        """
         rr.enqueued_us = now_us
         self.waiting.append(rr)
         self.pending_prefill += rr.target - rr.remote
         if not self.busy:
-            self._start_step(now_us)
+            self.busy = True
+            self._version += 1
+            schedule_timer(self.env, now_us, self._version, self._on_wake, NORMAL)
         elif self._seg_steps > 1:
             self._cut(now_us)
+
+    def _on_wake(self, ev: simpy.Event) -> None:
+        if ev._value == self._version:
+            self._start_step(int(self.env.now))
 
     # ------------------------------------------------------------------- stepping
     def _schedule(self, at_us: int) -> None:
@@ -153,7 +176,13 @@ class EngineWorker:
         k = self._seg_steps
         if k > self._seg_applied:
             self._apply_allocations(k)
-        self.S += k
+        if self.on_tokens is not None:
+            firsts = sum(1 for rr, c in self._step_prefill if rr.computed + c == rr.target)
+            n = self.n_decode if self._step_decodes else 0
+            self.on_tokens(self, self._seg_ends[:k] if k > 1 else [now], n, firsts)
+        if self._step_decodes:
+            self.S += k
+            self.decode_steps += k
         self.steps += k
         self.busy_us += now - self._seg_start
         heap = self._finish_heap
@@ -178,51 +207,50 @@ class EngineWorker:
         self._start_step(now)
 
     def _start_step(self, now: int) -> None:
-        """Form the next step at boundary ``now`` and schedule its end (or go idle)."""
-        kv, bs = self.kv, self.block_size
-        preempted = False
-        while True:
-            demand = self._phase[-self.S % bs] if self.n_decode else 0
-            left = self.budget - self.n_decode
-            plan: list[tuple[RunningRequest, int, int]] = []
-            for rr in self.prefilling:
-                if left <= 0:
-                    break
-                chunk = min(rr.target - rr.computed, left)
-                need = -(-(rr.computed + chunk) // bs) - rr.blocks
-                plan.append((rr, chunk, need))
-                demand += need
-                left -= chunk
-            if demand <= kv.free + kv.evictable_blocks:
-                break
-            self._preempt_last()
-            preempted = True
-        if demand:
-            kv.allocate(demand)
-        step_prefill: list[tuple[RunningRequest, int]] = []
-        shapes: list[tuple[int, int]] = []
-        for rr, chunk, need in plan:
-            rr.blocks += need
-            step_prefill.append((rr, chunk))
-            shapes.append((chunk, rr.computed))
-        if self.waiting and not preempted:
-            left = self._admit(left, step_prefill, shapes, now)
+        """Form the next step at boundary ``now`` and :meth:`_launch` it (the policy)."""
+        raise NotImplementedError
+
+    def _launch(
+        self,
+        now: int,
+        step_prefill: list[tuple[RunningRequest, int]],
+        shapes: list[tuple[int, int]],
+        *,
+        decodes: bool,
+        single: bool,
+    ) -> None:
+        """Schedule the end of the step just formed (or go idle if it is empty).
+
+        Args:
+            now: The boundary, in microseconds.
+            step_prefill: ``(request, chunk)`` of every request prefilling in the step, whose
+                KV blocks are allocated already.
+            shapes: ``(chunk, context)`` of each, for the step-time model.
+            decodes: Whether every decoding request generates a token in this step (their
+                blocks for it are allocated already).
+            single: Step once even if the step could be fast-forwarded (after a preemption).
+        """
         self._step_prefill = step_prefill
-        n = self.n_decode
+        n = self.n_decode if decodes else 0
         if not step_prefill and n == 0:
-            if self.waiting:
+            if self.waiting or self.n_decode:
                 raise RuntimeError(f"worker {self.index} idle with {len(self.waiting)} waiting")
             self.busy = False
             self._seg_steps = 1
+            self.on_idle()
             return
         self.busy = True
+        self._step_decodes = n > 0
         self._seg_start = now
         kv_tokens = self._len_offset + n * (self.S + 1)
-        if step_prefill or not self.fast_forward or preempted:
+        if step_prefill or not self.fast_forward or single:
             self._seg_steps = 1
             self._schedule(now + self.timing.step_us(shapes, n, kv_tokens))
             return
         self._start_segment(now, n, kv_tokens)
+
+    def on_idle(self) -> None:
+        """Called when the worker runs out of work (a policy may reset its state)."""
 
     def _start_segment(self, now: int, n: int, kv_tokens: int) -> None:
         """Schedule a decode-only segment up to the first completion or KV shortage."""
@@ -238,8 +266,11 @@ class EngineWorker:
             # admission every step). With nobody waiting, evictions change nothing here.
             cap = self.kv.free if self.waiting else self.kv.available
             # Every request takes at most one block per block_size steps: usually that fits.
-            if -(-(k - 1) // bs) * n > cap and self._demand(k - 1) > cap:
+            paged = self.n_paged
+            if -(-(k - 1) // bs) * paged > cap and self._demand(k - 1) > cap:
                 k = bisect_right(range(k), cap, key=self._demand)  # demand is monotone
+            if k > 1 and self.waiting:
+                k = self._admissible_after(k)
         ends = self.timing.decode_run_us(n, kv_tokens, k).cumsum()
         ends += now
         self._seg_ends = ends_list = ends.tolist()  # bisect on a list beats numpy per call
@@ -248,6 +279,15 @@ class EngineWorker:
         self._seg_demand = 0
         self._sync_at = ends_list[0] if k > 1 else _NEVER
         self._schedule(ends_list[-1])
+
+    def _admissible_after(self, k: int) -> int:
+        """Steps of a ``k``-step segment to run before the policy would admit a request.
+
+        The segment stops at the first boundary where the waiting head becomes admissible
+        (stepping re-checks admission at every boundary). vLLM and TRT-LLM admission only
+        changes when a request finishes, which ends the segment anyway: ``k``.
+        """
+        return k
 
     def _demand(self, m: int) -> int:
         """New KV blocks of the ``m`` decode steps after the segment's first.
@@ -258,7 +298,7 @@ class EngineWorker:
         """
         bs = self.block_size
         full, rest = divmod(m, bs)
-        total = full * self.n_decode
+        total = full * self.n_paged
         if rest:
             top, phase = self._seg_top, self._phase
             if rest <= top + 1:
@@ -287,51 +327,36 @@ class EngineWorker:
             self._sync_at = self._seg_ends[started - 1] if started < k else _NEVER
 
     # ----------------------------------------------------------------- admission
-    def _admit(
-        self,
-        left: int,
-        step_prefill: list[tuple[RunningRequest, int]],
-        shapes: list[tuple[int, int]],
-        now: int,
-    ) -> int:
-        kv, bs, unit = self.kv, self.block_size, self.kv.unit_blocks
-        waiting = self.waiting
-        while waiting and left > 0 and len(self.running) < self.max_seqs:
-            rr = waiting[0]
-            limit = min(len(rr.hashes), (rr.target - 1) // HASH_BLOCK_TOKENS)
-            hit = kv.match(rr.hashes, limit) if limit > 0 else 0
-            hit_tokens = hit * HASH_BLOCK_TOKENS
-            start = max(hit_tokens, rr.remote)  # transferred KV needs no compute either
-            remaining = rr.target - start
-            chunk = min(remaining, left)
-            if chunk < remaining and not self.chunked and not rr.preemptions:
-                break  # a recompute after preemption may span steps, or it would never fit
-            need = -(-(start + chunk) // bs) - hit * unit
-            hit_units = rr.hashes[:hit]
-            pinned = kv.evictable_among(hit_units) * unit if hit else 0
-            if need > kv.available - pinned:
-                break
-            waiting.popleft()
-            self.pending_prefill -= start - rr.remote
-            kv.acquire(hit_units)
-            kv.allocate(need)
-            rr.units = list(hit_units)
-            rr.n_units_seen = hit
-            rr.computed = start
-            rr.blocks = hit * unit + need
-            if rr.preemptions == 0:
-                rr.admitted_us = now
-                if not rr.remote:  # a decode leg keeps the hit of its prefill leg
-                    rr.cached_tokens = hit_tokens
-            rr.seq = self._next_seq
-            self._next_seq += 1
-            self.running[rr.seq] = rr
-            self.prefilling.append(rr)
-            step_prefill.append((rr, chunk))
-            shapes.append((chunk, start))
-            left -= chunk
-        return left
+    def _prefix_hit(self, rr: RunningRequest) -> int:
+        """Cached leading units of ``rr``'s prompt (its last token is always computed)."""
+        limit = min(len(rr.hashes), (rr.target - 1) // HASH_BLOCK_TOKENS)
+        return self.kv.match(rr.hashes, limit) if limit > 0 else 0
 
+    def _take(self, rr: RunningRequest, hit: int, start: int, need: int, now: int) -> None:
+        """Admit ``rr`` (already off the queue).
+
+        It takes its ``hit`` cached units and ``need`` new blocks (plus its ``extra_blocks``,
+        held until it leaves); its first ``start`` prompt tokens need no compute.
+        """
+        kv = self.kv
+        hit_units = rr.hashes[:hit]
+        self.pending_prefill -= start - rr.remote
+        kv.acquire(hit_units)
+        kv.allocate(need + rr.extra_blocks)
+        rr.units = list(hit_units)
+        rr.n_units_seen = hit
+        rr.computed = start
+        rr.blocks = hit * kv.unit_blocks + need
+        if rr.preemptions == 0:
+            rr.admitted_us = now
+            if not rr.remote:  # a decode leg keeps the hit of its prefill leg
+                rr.cached_tokens = hit * HASH_BLOCK_TOKENS
+        rr.seq = self._next_seq
+        self._next_seq += 1
+        self.running[rr.seq] = rr
+        self.prefilling.append(rr)
+
+    # ----------------------------------------------------------------- prefix cache
     def _register_units(self, rr: RunningRequest) -> None:
         full = min(rr.computed // HASH_BLOCK_TOKENS, len(rr.hashes))
         if full > rr.n_units_seen:
@@ -344,7 +369,9 @@ class EngineWorker:
         rr.g0 = rr.generated
         rr.len0 = rr.computed
         off = rr.len0 - rr.s0
-        self._phase[off % self.block_size] += 1
+        if not rr.reserved:  # a request holding its whole KV takes no blocks while decoding
+            self._phase[off % self.block_size] += 1
+            self.n_paged += 1
         self._len_offset += off
         self.n_decode += 1
         rr.finish_step = self.S + rr.max_tokens - rr.g0
@@ -355,9 +382,11 @@ class EngineWorker:
         kv_len = rr.len0 + steps
         rr.generated = rr.g0 + steps
         rr.computed = kv_len
-        rr.blocks = -(-kv_len // self.block_size)
         off = rr.len0 - rr.s0
-        self._phase[off % self.block_size] -= 1
+        if not rr.reserved:
+            rr.blocks = -(-kv_len // self.block_size)
+            self._phase[off % self.block_size] -= 1
+            self.n_paged -= 1
         self._len_offset -= off
         self.n_decode -= 1
         rr.finish_step = -1
@@ -365,20 +394,22 @@ class EngineWorker:
     # ------------------------------------------------------------ leaving the batch
     def _finish(self, rr: RunningRequest, now: int) -> None:
         del self.running[rr.seq]
-        self.kv.release(rr.units, rr.blocks)
+        self.kv.release(rr.units, rr.blocks + rr.extra_blocks)
         rr.blocks = 0
         self.on_finish(rr, now)
 
-    def _preempt_last(self) -> None:
-        """Preempt (recompute) the most recently admitted running request."""
-        seq = next(reversed(self.running))
-        rr = self.running.pop(seq)
+    def _preempt(self, rr: RunningRequest, *, front: bool = True) -> None:
+        """Preempt running ``rr``: free its blocks; it waits to be recomputed.
+
+        It joins the queue at the head if ``front``, else at the tail.
+        """
+        del self.running[rr.seq]
         if rr.finish_step >= 0:
             self._leave_decode(rr)
         else:
             self.prefilling.remove(rr)
             self.pending_prefill -= rr.target - rr.computed
-        self.kv.release(rr.units, rr.blocks)
+        self.kv.release(rr.units, rr.blocks + rr.extra_blocks)
         rr.units = []
         rr.blocks = 0
         rr.computed = 0
@@ -386,5 +417,8 @@ class EngineWorker:
         rr.remote = 0  # the transferred KV is gone: recomputed here
         rr.target = rr.req.input_tokens + rr.generated
         rr.preemptions += 1
-        self.waiting.appendleft(rr)
+        if front:
+            self.waiting.appendleft(rr)
+        else:
+            self.waiting.append(rr)
         self.pending_prefill += rr.target

@@ -12,7 +12,12 @@ and :class:`AicStepTime` interpolates them with linear arithmetic only:
   ``F = prefill_us[1, 0]``, the kernel-launch floor paid once per step (this tracks
   AIConfigurator's batched attention within ~20%, where summing per request overcounts ~3x);
 * ``decode_us[n, K]``: generation attention of ``n`` requests attending ``K`` KV tokens in all,
-  i.e. AIConfigurator's ``(batch=n, s=K/n)``.
+  i.e. AIConfigurator's ``(batch=n, s=K/n)``;
+* ``dec_nonattn_us[R]``: every generation op except attention and the LM head for a decode-only
+  step of ``R`` requests, for models whose generation op list differs from the context one
+  (MoE with overlapped dispatch, Gated DeltaNet recurrence: a decode step is not a one-request
+  prefill of ``R`` tokens there); empty when the lists match (dense models), and decode-only
+  steps then use ``nonattn_us`` as before.
 
 Tables are made monotone (running maximum along each axis) so that interpolated step times
 are monotone in every input. Values beyond a grid's end extrapolate its last segment linearly.
@@ -48,7 +53,7 @@ from dynosim.perf.catalog import gpu_spec, model_spec
 from dynosim.perf.overhead import FrameworkOverhead, framework_overhead
 
 F64 = npt.NDArray[np.float64]
-TABLE_FORMAT = 1
+TABLE_FORMAT = 2  # 2: parallelism and quantisation in the key; every attention op summed
 _PER_OCTAVE = 4
 _MAX_TOKENS = 1 << 20  # grid end for step tokens, chunk and context lengths
 _MAX_REQUESTS = 1 << 16  # grid end for requests per step
@@ -65,6 +70,7 @@ _TABLE_NAMES = (
     "dec_n_grid",
     "dec_k_grid",
     "decode_us",
+    "dec_nonattn_us",
 )
 
 
@@ -80,9 +86,24 @@ def cache_dir() -> Path:
     return Path(root) / "aic"
 
 
+# dtype -> (AIConfigurator GEMM quant mode, MoE quant mode). None leaves the MoE mode to
+# AIConfigurator, which infers it from the checkpoint's quantization_config (as dynosim always
+# did for bf16 and fp8). mxfp4 is gpt-oss's native format: BF16 GEMMs, MXFP4 experts.
+QUANT_MODES: dict[str, tuple[str, str | None]] = {
+    "bf16": ("bfloat16", None),
+    "fp8": ("fp8", None),
+    "fp8_block": ("fp8_block", "fp8_block"),
+    "nvfp4": ("nvfp4", "nvfp4"),
+    "mxfp4": ("bfloat16", "w4a16_mxfp4"),
+}
+_KV_QUANT = {"bf16": "bfloat16", "fp8": "fp8"}
+# Ops whose time depends on the context length (the rest depend on the step's tokens only).
+_ATTENTION_OPS = ("_attention", "_mla_block", "_dsa_block", "_mla_module", "_dsa_module")
+
+
 @dataclass(frozen=True, slots=True)
 class AicKey:
-    """What a set of tables depends on."""
+    """What a set of tables depends on (per DP rank when ``attention_dp > 1``)."""
 
     aic_model: str
     gpu: str
@@ -90,13 +111,18 @@ class AicKey:
     backend_version: str
     tp: int
     dtype: str
+    ep: int = 1
+    moe_tp: int = 1
+    attention_dp: int = 1
+    kv_dtype: str = "bf16"
 
     def filename(self) -> str:
         """Cache file name (model ids have their slash replaced)."""
         model = self.aic_model.replace("/", "--")
+        par = f"_ep{self.ep}_mtp{self.moe_tp}_adp{self.attention_dp}_kv{self.kv_dtype}"
         return (
             f"{model}_{self.gpu}_{self.backend}-{self.backend_version}_tp{self.tp}_{self.dtype}"
-            f"_aic{aic_version()}_f{TABLE_FORMAT}.npz"
+            f"{par}_aic{aic_version()}_f{TABLE_FORMAT}.npz"
         )
 
 
@@ -137,7 +163,18 @@ def resolve_key(config: DeploymentConfig) -> AicKey:
             "timing", "aic", f"roofline (AIConfigurator has no data for model {config.model})"
         )
     version = _query_version(config.gpu, config.backend)
-    return AicKey(model.aic_name, config.gpu, config.backend, version, config.tp, config.dtype)
+    return AicKey(
+        model.aic_name,
+        config.gpu,
+        config.backend,
+        version,
+        config.tp,
+        config.dtype,
+        ep=config.ep,
+        moe_tp=config.moe_tp_size if model.is_moe else 1,
+        attention_dp=config.attention_dp,
+        kv_dtype=config.kv_dtype,
+    )
 
 
 @functools.lru_cache(maxsize=64)
@@ -179,7 +216,16 @@ def _compile(key: AicKey) -> Any:
     with _quiet():
         from aiconfigurator_core.sdk.engine import EngineHandle
 
-        quant = "fp8" if key.dtype == "fp8" else "bfloat16"
+        gemm, moe = QUANT_MODES[key.dtype]
+        parallel: dict[str, Any] = {}
+        if key.ep > 1 or key.moe_tp > 1 or key.attention_dp > 1:
+            parallel = {
+                "attention_dp_size": key.attention_dp,
+                "moe_tp_size": key.moe_tp,
+                "moe_ep_size": key.ep,
+            }
+        if moe is not None:
+            parallel["moe_quant_mode"] = moe
         try:
             return EngineHandle.compile(
                 key.aic_model,
@@ -187,41 +233,69 @@ def _compile(key: AicKey) -> Any:
                 key.backend,
                 backend_version=key.backend_version,
                 tp_size=key.tp,
-                gemm_quant_mode=quant,
-                kvcache_quant_mode=quant,
+                gemm_quant_mode=gemm,
+                kvcache_quant_mode=_KV_QUANT[key.kv_dtype],
                 fmha_quant_mode="bfloat16",
+                **parallel,
             )
         except Exception as err:
+            reason = " ".join(str(err).split())[:300]
             raise ConfigError(
                 "timing",
                 "aic",
                 f"roofline (AIConfigurator cannot model {key.aic_model} on {key.gpu} with "
-                f"{key.backend} {key.backend_version}, tp={key.tp}, {key.dtype}: {err})",
+                f"{key.backend} {key.backend_version}, tp={key.tp} ep={key.ep} "
+                f"moe_tp={key.moe_tp} attention_dp={key.attention_dp}, {key.dtype}: {reason})",
             ) from None
 
 
-def _op_indices(evaluate: Callable[[list[int]], list[Any]]) -> tuple[list[int], int, int]:
-    """Positions of (other ops, the attention op, the LM head or -1) in an op list."""
+def _op_indices(
+    evaluate: Callable[[list[int]], list[Any]],
+) -> tuple[list[int], list[int], int]:
+    """Positions of (other ops, the attention ops, the LM head or -1) in an op list.
+
+    Attention ops are those whose time depends on the context (softmax attention, MLA and
+    DSA blocks); a model may have several (gpt-oss: full and sliding-window layers).
+    """
     other: list[int] = []
-    attn = logits = -1
+    attn: list[int] = []
+    logits = -1
     for i in range(256):
         try:
             name = str(evaluate([i])[0][0])
         except Exception as err:
             if "out of range" in str(err):
                 break  # the end of the op list
+            reason = " ".join(str(err).split())[:300]
             raise ConfigError(
-                "timing", "aic", f"roofline (AIConfigurator lacks data: {err})"
+                "timing", "aic", f"roofline (AIConfigurator lacks data: {reason})"
             ) from None
-        if name.endswith("_attention"):
-            attn = i
+        if name.endswith(_ATTENTION_OPS):
+            attn.append(i)
         elif "logits" in name:
             logits = i
         else:
             other.append(i)
-    if attn < 0:
+    if not attn:
         raise ConfigError("timing", "aic", "roofline (unexpected AIConfigurator op list)")
     return other, attn, logits
+
+
+@functools.lru_cache(maxsize=256)
+def check_key(key: AicKey) -> None:
+    """Compile ``key`` and walk its op lists once (a second, no tables): cheap feasibility.
+
+    Raises:
+        ConfigError: AIConfigurator cannot build the engine or lacks data for one of its ops.
+    """
+    if (cache_dir() / key.filename()).exists():
+        return
+    h = _compile(key)
+    with _quiet():
+        _op_indices(lambda idx: h.evaluate_context_ops(idx, batch_size=1, s=16))
+        _, _, logits = _op_indices(lambda idx: h.evaluate_generation_ops(idx, batch_size=1, s=16))
+    if logits < 0:
+        raise ConfigError("timing", "aic", "roofline (AIConfigurator op list has no LM head)")
 
 
 def build_tables(key: AicKey) -> dict[str, F64]:
@@ -232,8 +306,11 @@ def build_tables(key: AicKey) -> dict[str, F64]:
         ctx_ops, ctx_attn, _ = _op_indices(
             lambda idx: h.evaluate_context_ops(idx, batch_size=1, s=16)
         )
-        _, gen_attn, logits = _op_indices(
+        gen_ops, gen_attn, logits = _op_indices(
             lambda idx: h.evaluate_generation_ops(idx, batch_size=1, s=16)
+        )
+        same_ops = _op_names(h.evaluate_context_ops, ctx_ops) == _op_names(
+            h.evaluate_generation_ops, gen_ops
         )
         if logits < 0:
             raise ConfigError("timing", "aic", "roofline (AIConfigurator op list has no LM head)")
@@ -247,11 +324,16 @@ def build_tables(key: AicKey) -> dict[str, F64]:
         ]
         req = _log_grid(_MAX_REQUESTS)
         logit = [ms(h.evaluate_generation_ops([logits], batch_size=int(r), s=1)) for r in req]
+        dec_nonattn = (
+            []
+            if same_ops
+            else [ms(h.evaluate_generation_ops(gen_ops, batch_size=int(r), s=1)) for r in req]
+        )
         chunk = _log_grid(_MAX_TOKENS)
         ctx = _log_grid(_MAX_TOKENS, zero=True)
         prefill = [
             [
-                ms(h.evaluate_context_ops([ctx_attn], batch_size=1, s=int(c), prefix=int(p)))
+                ms(h.evaluate_context_ops(ctx_attn, batch_size=1, s=int(c), prefix=int(p)))
                 for p in ctx
             ]
             for c in chunk
@@ -260,7 +342,7 @@ def build_tables(key: AicKey) -> dict[str, F64]:
         dec_k = _log_grid(_MAX_DECODE_KV)
         decode = [
             [
-                ms(h.evaluate_generation_ops([gen_attn], batch_size=int(n), s=max(1, round(k / n))))
+                ms(h.evaluate_generation_ops(gen_attn, batch_size=int(n), s=max(1, round(k / n))))
                 for k in dec_k
             ]
             for n in dec_n
@@ -277,7 +359,14 @@ def build_tables(key: AicKey) -> dict[str, F64]:
         "dec_n_grid": dec_n,
         "dec_k_grid": dec_k,
         "decode_us": _monotone(np.asarray(decode) * to_us),
+        "dec_nonattn_us": _monotone(np.asarray(dec_nonattn, dtype=np.float64) * to_us),
     }
+
+
+def _op_names(evaluate: Callable[..., list[Any]], indices: list[int]) -> list[str]:
+    """Names of the ops at ``indices`` without their phase prefix."""
+    names = [str(v[0]) for v in evaluate(indices, batch_size=1, s=16)]
+    return [n.removeprefix("context_").removeprefix("generation_") for n in names]
 
 
 def _write_atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:
@@ -345,6 +434,7 @@ class AicStepTime:
         self._kw_l: list[float] = np.diff(kg).tolist()
         self._dec_l: list[list[float]] = dec.tolist()
         self._ddec_l: list[list[float]] = np.diff(dec, axis=1).tolist()
+        self._dec_nonattn: list[float] = t["dec_nonattn_us"].tolist()
         self._per_n: dict[int, tuple[int, float, float]] = {}
         self._per_r: dict[int, tuple[float, float]] = {}
 
@@ -383,7 +473,13 @@ class AicStepTime:
         row = self._per_n.get(n)
         if row is None:
             i, wn = _seg(self._dn, float(n))
-            row = (i, wn, self._const_us(n, n))
+            if self._dec_nonattn:  # the generation op list differs from the context one
+                self._const_us(n, n)  # caches the LM head and overhead of n requests
+                logits, overhead = self._per_r[n]
+                const = _lerp(self._req, self._dec_nonattn, float(n)) + logits + overhead
+            else:
+                const = self._const_us(n, n)
+            row = (i, wn, const)
             self._per_n[n] = row
         return row
 

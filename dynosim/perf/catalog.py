@@ -61,6 +61,12 @@ MODEL_ALIASES: dict[str, str] = {
     "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Meta-Llama-3.1-8B",
     "meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
     "meta-llama/Llama-3.1-70B-Instruct": "meta-llama/Meta-Llama-3.1-70B",
+    # Quantised checkpoints of an architecture AIConfigurator ships (NVIDIA's ModelOpt exports
+    # keep the base model's config.json), and GLM-5 under Zhipu AI's former org name.
+    "nvidia/DeepSeek-R1-NVFP4": "deepseek-ai/DeepSeek-R1",
+    "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B",
+    "nvidia/Qwen3-32B-NVFP4": "Qwen/Qwen3-32B",
+    "zhipuai/GLM-5": "zai-org/GLM-5",
 }
 
 _EXAMPLE_MODELS = ("Qwen/Qwen3-32B", "meta-llama/Meta-Llama-3.1-8B")

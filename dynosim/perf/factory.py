@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dynosim.config import DeploymentConfig
 from dynosim.perf.aic import AicStepTime
+from dynosim.perf.catalog import model_spec
+from dynosim.perf.overhead import calibrated
 from dynosim.perf.protocol import StepTimeModel
 from dynosim.perf.roofline import RooflineStepTime
+from dynosim.perf.speculative import SpeculativeStepTime, draft_fraction
 
 
 def step_time_model(config: DeploymentConfig) -> StepTimeModel:
@@ -19,5 +22,17 @@ def step_time_model(config: DeploymentConfig) -> StepTimeModel:
             ``timing: roofline``.
     """
     if config.timing == "aic":
-        return AicStepTime.from_config(config)
-    return RooflineStepTime.from_config(config)
+        model = calibrated(AicStepTime.from_config(config), config)
+    else:
+        model = calibrated(RooflineStepTime.from_config(config), config)
+    return speculative(model, config)
+
+
+def speculative(model: StepTimeModel, config: DeploymentConfig) -> StepTimeModel:
+    """``model`` as a speculating engine runs it (``config.speculative``), or unchanged."""
+    spec = config.speculative
+    if spec is None or spec.num_speculative_tokens == 0:
+        return model
+    draft = model_spec(spec.draft_model) if spec.draft_model is not None else None
+    fraction = draft_fraction(spec, model_spec(config.model), draft)
+    return SpeculativeStepTime(model, spec.num_speculative_tokens, fraction)

@@ -1,23 +1,35 @@
-"""KV-cache memory sizing: how many KV blocks one engine (a TP group of GPUs) has.
+"""KV-cache memory sizing: how many KV blocks one engine (one scheduler's GPUs) has.
 
-Everything is per GPU (one TP rank); a TP group of ``tp`` GPUs holds ``tp`` shards of every KV
-token, so the engine's token capacity equals one rank's.
+Everything is per GPU. An engine replica has ``tp x attention_dp`` GPUs; with attention data
+parallelism (``attention_dp = d > 1``) it runs ``d`` schedulers (DP ranks) of ``tp`` GPUs each,
+every rank holding its own KV cache, and the MoE layers spread over all ``tp x d`` GPUs as
+``moe_tp x ep``. A rank of ``tp`` GPUs holds ``tp`` shards of every KV token, so the rank's
+token capacity equals one GPU's.
 
 Formulas (bytes, per GPU):
 
-* weights = (decoder-layer params x bytes per weight + embedding/LM-head params x 2) / tp,
-  where bytes per weight is 2 for bf16 and 1 for fp8 (embeddings stay bf16, as in
-  AIConfigurator's memory model);
-* KV per token = 2 (K and V) x layers x ceil(kv_heads / tp) x head_dim x bytes per KV element
-  (2 for bf16, 1 for fp8 — an fp8 deployment also stores its KV cache in fp8). When
-  ``tp > kv_heads`` each KV head is replicated, so every rank still holds one head;
+* weights = attention/dense/shared-expert params x bytes per weight / tp
+  + routed-expert params x bytes per expert weight / (ep x moe_tp)
+  + embedding/LM-head params x 2 / tp (embeddings stay bf16, as in AIConfigurator's memory
+  model). Bytes per weight: bf16 2, fp8 and fp8_block 1, nvfp4 9/16 (one FP8 scale per 16
+  FP4 weights), mxfp4 experts 0.5 with bf16 for the rest (AIConfigurator's ``QuantMapping``
+  memory figures in ``sdk/common.py``);
+* KV per token = full-attention layers x (2 x ceil(kv_heads / tp) x head_dim) x bytes per KV
+  element (2 for bf16, 1 for fp8: ``kv_dtype``). When ``tp > kv_heads`` each KV head is
+  replicated, so every rank still holds one head. Multi-head latent attention (DeepSeek,
+  Kimi-K2, GLM-5) stores ``kv_lora_rank + qk_rope_head_dim`` elements per token and layer,
+  the same on every TP rank (not per head);
+* per-request state, reserved for ``max_num_seqs`` requests: the KV of the sliding-window
+  layers (``sliding_window`` tokens each, gpt-oss) and the Gated DeltaNet state of the
+  linear-attention layers (Qwen3.5: the recurrent state in fp32, the conv window in bf16,
+  heads sharded by tp), as vLLM's hybrid allocator and SGLang's mamba pool size them;
 * activations = 2 x max_num_batched_tokens x (heads x head_dim) x c(tp), at least 70 MiB, with
   c = 10, 6, 5, 5 for tp = 1, 2, 4, >= 8 (AIConfigurator's default activation coefficients:
   the peak of one forward pass over a full chunk, proportional to ``max_num_batched_tokens``);
 * reserved = 1 GiB runtime (CUDA context, CUDA graphs, allocator slack) + 384 MiB of NCCL
-  buffers when tp > 1;
-* KV pool = memory x gpu_memory_utilization - weights - activations - reserved, rounded down
-  to whole blocks of ``engine.block_size`` tokens.
+  buffers when the replica has more than one GPU;
+* KV pool = memory x gpu_memory_utilization - weights - state - activations - reserved,
+  rounded down to whole blocks of ``engine.block_size`` tokens.
 
 A deployment is infeasible when the pool cannot hold one full scheduling chunk, i.e. fewer than
 ``ceil(max_num_batched_tokens / block_size)`` blocks: the engine could then never run the step
@@ -66,10 +78,32 @@ class KVPool:
     kv_tokens: int
 
 
+# Bytes per weight of the GEMMs and of the routed experts for each dtype (AIConfigurator's
+# QuantMapping memory figures: sdk/common.py GEMMQuantMode / MoEQuantMode).
+_GEMM_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 9 / 16, "mxfp4": 2.0}
+_EXPERT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 9 / 16, "mxfp4": 0.5}
+_KV_ELEM_BYTES = {"bf16": 2, "fp8": 1}
+_LINEAR_STATE_BYTES = 4  # Gated DeltaNet recurrent state in fp32 (Qwen3.5 mamba_ssm_dtype)
+
+
+def _kv_elem(dtype: str) -> int:
+    """Bytes of one KV element for a KV dtype, or the KV default of a weight dtype."""
+    if dtype in _KV_ELEM_BYTES:
+        return _KV_ELEM_BYTES[dtype]
+    return 1 if dtype in ("fp8_block", "nvfp4") else 2
+
+
 def weight_bytes(model: ModelSpec, dtype: str) -> int:
     """Bytes of all weights of ``model`` in ``dtype`` (embeddings and LM head in bf16)."""
-    per_weight = 1 if dtype == "fp8" else 2
-    return model.layer_params * per_weight + (model.embedding_params + model.hidden) * 2
+    return weight_bytes_per_gpu(model, dtype, tp=1, ep=1, moe_tp=1)
+
+
+def weight_bytes_per_gpu(model: ModelSpec, dtype: str, *, tp: int, ep: int, moe_tp: int) -> int:
+    """Weight bytes one GPU holds: experts over ``ep x moe_tp``, the rest over ``tp``."""
+    experts = model.expert_params
+    dense = (model.layer_params - experts) * _GEMM_BYTES[dtype]
+    embed = (model.embedding_params + model.hidden) * 2
+    return math.ceil((dense + embed) / tp + experts * _EXPERT_BYTES[dtype] / (ep * moe_tp))
 
 
 def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
@@ -77,10 +111,35 @@ def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
     return max(1, math.ceil(model.kv_heads / tp))
 
 
+def _kv_elements_per_layer(model: ModelSpec, tp: int) -> int:
+    if model.is_mla:
+        return model.kv_elements_per_token_per_layer
+    return 2 * kv_heads_per_gpu(model, tp) * model.head_dim
+
+
 def kv_bytes_per_token(model: ModelSpec, tp: int, dtype: str) -> int:
-    """KV-cache bytes one token occupies on one TP rank."""
-    per_elem = 1 if dtype == "fp8" else 2
-    return 2 * model.layers * kv_heads_per_gpu(model, tp) * model.head_dim * per_elem
+    """KV-cache bytes one token occupies on one TP rank (``dtype``: the KV element type).
+
+    Only the layers whose cache grows with the context count: sliding-window and linear
+    attention layers hold a fixed per-request state instead (:func:`state_bytes_per_request`).
+    """
+    layers = model.full_attention_layers - model.sliding_layers
+    return layers * _kv_elements_per_layer(model, tp) * _kv_elem(dtype)
+
+
+def state_bytes_per_request(model: ModelSpec, tp: int, kv_dtype: str) -> int:
+    """Fixed cache one running request holds on one TP rank (sliding windows, linear state)."""
+    window = model.sliding_layers * model.sliding_window * _kv_elements_per_layer(model, tp)
+    window *= _kv_elem(kv_dtype)
+    linear = 0
+    if model.linear_layers:
+        key = model.linear_key_heads * model.linear_key_dim
+        value = model.linear_value_heads * model.linear_value_dim
+        conv = (2 * key + value) * (model.linear_conv_kernel - 1) * 2
+        recurrent = model.linear_value_heads * model.linear_key_dim * model.linear_value_dim
+        linear = model.linear_layers * (conv + recurrent * _LINEAR_STATE_BYTES)
+        linear = math.ceil(linear / tp)
+    return window + linear
 
 
 def activation_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int) -> int:
@@ -92,10 +151,13 @@ def activation_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int) -> 
 
 def _pool(config: DeploymentConfig, model: ModelSpec, gpu: GpuSpec) -> KVPool:
     eng = config.engine
-    weights = math.ceil(weight_bytes(model, config.dtype) / config.tp)
-    per_token = kv_bytes_per_token(model, config.tp, config.dtype)
+    moe_tp = config.moe_tp_size if model.is_moe else 1
+    weights = weight_bytes_per_gpu(model, config.dtype, tp=config.tp, ep=config.ep, moe_tp=moe_tp)
+    per_token = kv_bytes_per_token(model, config.tp, config.kv_dtype)
+    state = eng.max_num_seqs * state_bytes_per_request(model, config.tp, config.kv_dtype)
     act = activation_bytes(model, config.tp, eng.max_num_batched_tokens)
-    reserved = RUNTIME_RESERVED_BYTES + (NCCL_RESERVED_BYTES if config.tp > 1 else 0)
+    multi_gpu = config.tp * config.attention_dp > 1
+    reserved = RUNTIME_RESERVED_BYTES + (NCCL_RESERVED_BYTES if multi_gpu else 0) + state
     usable = math.floor(gpu.memory_bytes * eng.gpu_memory_utilization)
     budget = usable - weights - act - reserved
     block_bytes = per_token * eng.block_size
@@ -103,8 +165,11 @@ def _pool(config: DeploymentConfig, model: ModelSpec, gpu: GpuSpec) -> KVPool:
     needed_blocks = math.ceil(eng.max_num_batched_tokens / eng.block_size)
     if blocks < needed_blocks:
         missing = needed_blocks * block_bytes - budget
+        shape = f"tp={config.tp}"
+        if config.ep > 1 or config.attention_dp > 1:
+            shape += f" ep={config.ep} attention_dp={config.attention_dp}"
         raise InfeasibleError(
-            f"{config.model} does not fit on {config.gpu} with tp={config.tp} ({config.dtype}): "
+            f"{config.model} does not fit on {config.gpu} with {shape} ({config.dtype}): "
             f"{missing / GIB:.2f} GiB ({missing} bytes) short of a KV pool for one "
             f"{eng.max_num_batched_tokens}-token chunk (weights {weights / GIB:.1f} GiB/GPU, "
             f"usable {usable / GIB:.1f} GiB/GPU)"
@@ -125,8 +190,9 @@ def check_feasible(config: DeploymentConfig) -> KVPool:
     """Check that ``config`` can run, and return its KV pool.
 
     Raises:
-        ConfigError: unknown model or GPU, fp8 on a GPU without FP8, or a TP degree that does
-            not divide the attention heads.
+        ConfigError: unknown model or GPU, a dtype the GPU has no tensor cores for, a TP degree
+            that does not divide the attention heads, or an expert-parallel shape the model
+            cannot take (:func:`check_parallel`).
         InfeasibleError: the model does not fit in the GPUs' memory.
     """
     model = model_spec(config.model)
@@ -136,7 +202,36 @@ def check_feasible(config: DeploymentConfig) -> KVPool:
         raise ConfigError(
             "tp", config.tp, f"a divisor of the {model.heads} attention heads of {model.name}"
         )
+    check_parallel(config, model)
     return _pool(config, model, gpu)
+
+
+def check_parallel(config: DeploymentConfig, model: ModelSpec) -> None:
+    """Check the expert-parallel shape against the model.
+
+    Raises:
+        ConfigError: ``ep`` or ``moe_tp`` on a dense model, ``ep`` not dividing the experts,
+            ``moe_tp`` not dividing the expert's intermediate size, or mxfp4 on a model without
+            experts.
+    """
+    if not model.is_moe:
+        if config.ep > 1:
+            raise ConfigError("ep", config.ep, f"1 ({model.name} is dense: no experts)")
+        if config.moe_tp is not None and config.moe_tp != config.tp * config.attention_dp:
+            raise ConfigError("moe_tp", config.moe_tp, f"unset ({model.name} is dense)")
+        if config.dtype == "mxfp4":
+            raise ConfigError("dtype", "mxfp4", f"bf16 | fp8 | fp8_block | nvfp4 ({model.name} "
+                              "is dense; mxfp4 is for MoE experts)")  # fmt: skip
+        return
+    if model.experts % config.ep:
+        raise ConfigError(
+            "ep", config.ep, f"a divisor of the {model.experts} experts of {model.name}"
+        )
+    if model.moe_intermediate % config.moe_tp_size:
+        raise ConfigError(
+            "moe_tp", config.moe_tp_size, f"a divisor of the expert intermediate size "
+            f"{model.moe_intermediate} of {model.name}"
+        )  # fmt: skip
 
 
 def kv_pool(config: DeploymentConfig) -> KVPool:

@@ -3,11 +3,15 @@
 The configs come from AIConfigurator's shipped ``model_configs/<Org>--<Name>_config.json`` (looked
 up by model id) or from any file the user names (a ``model`` ending in ``.json``). Only the
 architectures :class:`ModelSpec` describes exactly are accepted: dense GQA decoders (Llama,
-Mistral without a sliding window, Qwen3 with its q/k RMSNorm) and plain mixture-of-experts ones
-(Qwen3-MoE, Mixtral: every layer routed, no shared expert). Anything else (multi-head latent
-attention, hybrid Mamba/linear/sliding-window layers, shared experts, dense-first layers,
-multimodal wrappers, projection biases, unknown architectures) is refused with a one-line
-:class:`ConfigError` rather than sized wrongly: a wrong KV size gives wrong answers.
+Mistral without a sliding window, Qwen3 with its q/k RMSNorm), mixture-of-experts ones
+(Qwen3-MoE, Mixtral, MiniMax-M2), DeepSeek-V3-style models (multi-head latent attention, a
+shared expert, dense-first layers: DeepSeek-V3/R1, Kimi-K2; V3.2 and GLM-5 with the
+sparse-attention indexer), gpt-oss (alternating sliding-window layers, biases, attention
+sinks) and Qwen3.5-MoE (Gated DeltaNet linear-attention layers between gated full-attention
+ones); Qwen3.5 and Kimi-K2.5 inside their multimodal wrappers (``text_config``; the vision
+tower is not counted). Anything else (hybrid Mamba layers, other layer mixes, other
+multimodal wrappers, unknown architectures) is refused with a one-line :class:`ConfigError`
+rather than sized wrongly: a wrong KV size gives wrong answers.
 
 A checkpoint's ``quantization_config`` is ignored: the architecture is the same, and the bytes
 per weight come from the deployment's ``dtype``.
@@ -36,6 +40,12 @@ SUPPORTED_ARCHITECTURES: dict[str, bool] = {
     "MixtralForCausalLM": False,
     "Qwen3ForCausalLM": True,
     "Qwen3MoeForCausalLM": True,
+    "DeepseekV3ForCausalLM": False,  # DeepSeek-V3/R1, Kimi-K2 (MLA, shared expert, dense-first)
+    "DeepseekV32ForCausalLM": False,  # DeepSeek-V3.2: V3 plus the sparse-attention indexer
+    "GlmMoeDsaForCausalLM": False,  # GLM-5: MLA plus DeepSeek sparse-attention indexer
+    "GptOssForCausalLM": False,  # gpt-oss: sliding-window layers, biases, attention sinks
+    "MiniMaxM2ForCausalLM": True,  # per-layer q/k RMSNorm over all heads
+    "Qwen3_5MoeForCausalLM": True,  # Qwen3.5: Gated DeltaNet layers + gated full attention
 }
 _MODEL_TYPES: dict[str, str] = {
     "llama": "LlamaForCausalLM",
@@ -43,7 +53,11 @@ _MODEL_TYPES: dict[str, str] = {
     "mixtral": "MixtralForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM",
+    "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM",
 }
+# Multimodal wrappers whose text model (``text_config``) dynosim sizes; the vision tower is not
+# counted (it runs once per image, and the benchmarks here send text only).
+_WRAPPERS = ("KimiK25ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,6 +79,29 @@ class ModelSpec:
         topk: Experts each token is routed to (0 for a dense model).
         moe_intermediate: Intermediate size of one expert.
         qk_norm: Whether each head has RMSNorm on q and k (Qwen3).
+        dense_layers: Leading layers with a dense MLP of ``intermediate`` in a MoE model
+            (``first_k_dense_replace``).
+        shared_intermediate: Intermediate size of the shared expert(s) of a MoE layer, summed.
+        shared_gate: Whether the shared expert output has a sigmoid gate (Qwen3.5).
+        kv_lora_rank: Multi-head latent attention: rank of the compressed KV (0: not MLA).
+        q_lora_rank: MLA: rank of the compressed query (0: a plain query projection).
+        qk_rope_head_dim: MLA: the rotary part of a query/key head (stored in the KV cache).
+        qk_nope_head_dim: MLA: the non-rotary part of a query/key head.
+        v_head_dim: MLA: dimension of a value head.
+        indexer_heads: DeepSeek sparse attention: heads of the lightning indexer (0: none).
+        indexer_head_dim: DeepSeek sparse attention: dimension of an indexer head.
+        attention_bias: Whether the q/k/v/o projections have biases (gpt-oss).
+        attention_sinks: Whether each head has a learned sink logit (gpt-oss).
+        expert_bias: Whether the experts and the router have biases (gpt-oss).
+        output_gate: Whether full attention has a sigmoid output gate (Qwen3.5: q_proj doubled).
+        sliding_window: Window of the sliding-window layers (0: none).
+        sliding_layers: Layers attending only the last ``sliding_window`` tokens.
+        linear_layers: Linear-attention (Gated DeltaNet) layers: a fixed state, no KV per token.
+        linear_key_heads: Gated DeltaNet key heads.
+        linear_value_heads: Gated DeltaNet value heads.
+        linear_key_dim: Gated DeltaNet key head dimension.
+        linear_value_dim: Gated DeltaNet value head dimension.
+        linear_conv_kernel: Gated DeltaNet causal-convolution width.
     """
 
     name: str
@@ -81,6 +118,28 @@ class ModelSpec:
     topk: int = 0
     moe_intermediate: int = 0
     qk_norm: bool = False
+    dense_layers: int = 0
+    shared_intermediate: int = 0
+    shared_gate: bool = False
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
+    indexer_heads: int = 0
+    indexer_head_dim: int = 0
+    attention_bias: bool = False
+    attention_sinks: bool = False
+    expert_bias: bool = False
+    output_gate: bool = False
+    sliding_window: int = 0
+    sliding_layers: int = 0
+    linear_layers: int = 0
+    linear_key_heads: int = 0
+    linear_value_heads: int = 0
+    linear_key_dim: int = 0
+    linear_value_dim: int = 0
+    linear_conv_kernel: int = 0
 
     @property
     def is_moe(self) -> bool:
@@ -88,27 +147,105 @@ class ModelSpec:
         return self.experts > 0
 
     @property
+    def is_mla(self) -> bool:
+        """True for multi-head latent attention (DeepSeek, Kimi-K2, GLM-5)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers with routed experts."""
+        return self.layers - self.dense_layers if self.is_moe else 0
+
+    @property
+    def full_attention_layers(self) -> int:
+        """Softmax-attention layers (full or sliding-window), i.e. not linear attention."""
+        return self.layers - self.linear_layers
+
+    @property
     def attn_params_per_layer(self) -> int:
-        """Q, K, V and output projection weights of one layer."""
+        """Attention weights of one softmax-attention layer (projections, norms, biases)."""
+        if self.is_mla:
+            qk_head = self.qk_nope_head_dim + self.qk_rope_head_dim
+            if self.q_lora_rank:
+                q = self.hidden * self.q_lora_rank + self.q_lora_rank
+                q += self.q_lora_rank * self.heads * qk_head
+            else:
+                q = self.hidden * self.heads * qk_head
+            kv = self.hidden * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+            kv += self.kv_lora_rank * self.heads * (self.qk_nope_head_dim + self.v_head_dim)
+            out = self.heads * self.v_head_dim * self.hidden
+            idx = 0
+            if self.indexer_heads:  # wq_b, wk, k_norm (weight+bias), weights_proj
+                d = self.indexer_head_dim
+                idx = self.q_lora_rank * self.indexer_heads * d + self.hidden * d + 2 * d
+                idx += self.hidden * self.indexer_heads
+            return q + kv + out + idx
         q = self.heads * self.head_dim
         kv = self.kv_heads * self.head_dim
         norms = 2 * self.head_dim if self.qk_norm else 0
-        return self.hidden * (q + 2 * kv) + q * self.hidden + norms
+        q_out = 2 * q if self.output_gate else q
+        params = self.hidden * (q_out + 2 * kv) + q * self.hidden + norms
+        if self.attention_bias:
+            params += q + 2 * kv + self.hidden
+        if self.attention_sinks:
+            params += self.heads
+        return params
+
+    @property
+    def linear_attn_params_per_layer(self) -> int:
+        """Weights of one Gated DeltaNet layer (HF ``Qwen3NextGatedDeltaNet``)."""
+        if not self.linear_layers:
+            return 0
+        key = self.linear_key_heads * self.linear_key_dim
+        value = self.linear_value_heads * self.linear_value_dim
+        in_proj = self.hidden * (2 * key + 2 * value) + self.hidden * 2 * self.linear_value_heads
+        conv = (2 * key + value) * self.linear_conv_kernel
+        return (
+            in_proj
+            + conv
+            + 2 * self.linear_value_heads
+            + self.linear_value_dim
+            + value * self.hidden
+        )
+
+    def _expert_params(self, n: int) -> int:
+        bias = n * (2 * self.moe_intermediate + self.hidden) if self.expert_bias else 0
+        return n * 3 * self.hidden * self.moe_intermediate + bias
+
+    @property
+    def router_params(self) -> int:
+        """Router weights (and bias) of one MoE layer."""
+        return self.hidden * self.experts + (self.experts if self.expert_bias else 0)
+
+    @property
+    def shared_params_per_layer(self) -> int:
+        """Shared-expert weights of one MoE layer (and their gate)."""
+        gate = self.hidden if self.shared_gate else 0
+        return 3 * self.hidden * self.shared_intermediate + gate
+
+    @property
+    def expert_params(self) -> int:
+        """Routed-expert weights of all layers (what expert parallelism shards)."""
+        return self.moe_layers * self._expert_params(self.experts)
 
     @property
     def mlp_params_per_layer(self) -> int:
-        """MLP weights of one layer (all experts and the router for MoE)."""
+        """MLP weights of one MoE layer (all experts, shared ones, router), or a dense one."""
         if self.is_moe:
             return (
-                self.experts * 3 * self.hidden * self.moe_intermediate + self.hidden * self.experts
+                self._expert_params(self.experts)
+                + self.router_params
+                + self.shared_params_per_layer
             )
         return 3 * self.hidden * self.intermediate
 
     @property
     def active_mlp_params_per_layer(self) -> int:
-        """MLP weights one token multiplies through in one layer."""
+        """MLP weights one token multiplies through in one MoE (or dense) layer."""
         if self.is_moe:
-            return self.topk * 3 * self.hidden * self.moe_intermediate + self.hidden * self.experts
+            return (
+                self._expert_params(self.topk) + self.router_params + self.shared_params_per_layer
+            )
         return self.mlp_params_per_layer
 
     @property
@@ -116,11 +253,17 @@ class ModelSpec:
         """Input embedding plus LM head (counted once when tied)."""
         return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
 
+    def _layers_params(self, mlp_per_moe_layer: int) -> int:
+        dense_mlp = 3 * self.hidden * self.intermediate
+        mlp = self.dense_layers * dense_mlp + (self.layers - self.dense_layers) * mlp_per_moe_layer
+        attn = self.full_attention_layers * self.attn_params_per_layer
+        attn += self.linear_layers * self.linear_attn_params_per_layer
+        return attn + mlp + self.layers * 2 * self.hidden
+
     @property
     def layer_params(self) -> int:
         """Weights of all decoder layers (projections, MLP/experts, norms)."""
-        per_layer = self.attn_params_per_layer + self.mlp_params_per_layer + 2 * self.hidden
-        return self.layers * per_layer
+        return self._layers_params(self.mlp_params_per_layer)
 
     @property
     def total_params(self) -> int:
@@ -130,8 +273,29 @@ class ModelSpec:
     @property
     def active_params(self) -> int:
         """Weights one token multiplies through (the LM head included, the embedding not)."""
-        per_layer = self.attn_params_per_layer + self.active_mlp_params_per_layer + 2 * self.hidden
-        return self.layers * per_layer + self.vocab * self.hidden
+        return self._layers_params(self.active_mlp_params_per_layer) + self.vocab * self.hidden
+
+    @property
+    def kv_elements_per_token_per_layer(self) -> int:
+        """Elements a token adds to one full-attention layer's cache, all KV heads together.
+
+        MLA stores the compressed latent and the rotary key once (``kv_lora_rank +
+        qk_rope_head_dim``), not per head.
+        """
+        if self.is_mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.kv_heads * self.head_dim
+
+    @property
+    def linear_state_elements(self) -> int:
+        """Per-request state of all linear-attention layers (conv window + recurrent state)."""
+        if not self.linear_layers:
+            return 0
+        key = self.linear_key_heads * self.linear_key_dim
+        value = self.linear_value_heads * self.linear_value_dim
+        conv = (2 * key + value) * (self.linear_conv_kernel - 1)
+        recurrent = self.linear_value_heads * self.linear_key_dim * self.linear_value_dim
+        return self.linear_layers * (conv + recurrent)
 
 
 def _configs_dir() -> Traversable:
@@ -209,36 +373,61 @@ def _refuse(name: str, what: str) -> ConfigError:
     return ConfigError("model", name, f"a model dynosim can size; not supported yet: {what}")
 
 
+_MLA_ARCHS = ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM")
+_LAYER_TYPES: dict[str, tuple[str, ...]] = {
+    "GptOssForCausalLM": ("full_attention", "sliding_attention"),
+    "Qwen3_5MoeForCausalLM": ("full_attention", "linear_attention"),
+}
+
+
+def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The text model's config: ``text_config`` of a wrapper dynosim sizes, else ``cfg``."""
+    archs = cfg.get("architectures")
+    inner = cfg.get("text_config")
+    if isinstance(archs, list) and archs and archs[0] in _WRAPPERS and isinstance(inner, dict):
+        out = dict(inner)
+        out.setdefault("tie_word_embeddings", cfg.get("tie_word_embeddings", False))
+        return out
+    return cfg
+
+
 def unsupported_reason(cfg: dict[str, Any]) -> str | None:
     """Why ``cfg`` describes an architecture :class:`ModelSpec` cannot represent, or None."""
     if "text_config" in cfg:
         return "multimodal wrapper (nested text_config)"
-    if cfg.get("kv_lora_rank") is not None:
+    arch = _architecture(cfg)
+    mla = arch in _MLA_ARCHS
+    if cfg.get("kv_lora_rank") is not None and not mla:
         return "multi-head latent attention (kv_lora_rank)"
     if cfg.get("hybrid_override_pattern") is not None:
         return "hybrid Mamba/attention layers (hybrid_override_pattern)"
     layer_types = cfg.get("layer_types")
+    allowed = _LAYER_TYPES.get(arch, ("full_attention",))
     if layer_types is not None and (
-        not isinstance(layer_types, list) or any(t != "full_attention" for t in layer_types)
+        not isinstance(layer_types, list) or any(t not in allowed for t in layer_types)
     ):
         return "mixed attention layer types (layer_types)"
-    if cfg.get("use_sliding_window") is True or (
-        cfg.get("sliding_window") is not None and cfg.get("use_sliding_window") is not False
+    if arch not in _LAYER_TYPES and (
+        cfg.get("use_sliding_window") is True
+        or (cfg.get("sliding_window") is not None and cfg.get("use_sliding_window") is not False)
     ):
         return "sliding-window attention (sliding_window)"
-    if cfg.get("n_shared_experts") or cfg.get("shared_expert_intermediate_size"):
+    shared = cfg.get("n_shared_experts") or cfg.get("shared_expert_intermediate_size")
+    if shared and not (mla or arch == "Qwen3_5MoeForCausalLM"):
         return "shared experts (n_shared_experts / shared_expert_intermediate_size)"
     if (
-        cfg.get("first_k_dense_replace")
+        (cfg.get("first_k_dense_replace") and not mla)
         or cfg.get("mlp_only_layers")
         or cfg.get("decoder_sparse_step", 1) not in (None, 1)
+        or cfg.get("moe_layer_freq", 1) != 1
     ):
         return "dense and MoE layers mixed (first_k_dense_replace / mlp_only_layers)"
-    if cfg.get("n_routed_experts"):
+    if cfg.get("n_routed_experts") and not mla:
         return "routed experts described by n_routed_experts"
-    if cfg.get("attention_bias") is True or cfg.get("mlp_bias") is True:
+    if (cfg.get("attention_bias") is True and arch != "GptOssForCausalLM") or cfg.get(
+        "mlp_bias"
+    ) is True:
         return "projection biases (attention_bias / mlp_bias)"
-    arch = _architecture(cfg)
     if arch not in SUPPORTED_ARCHITECTURES:
         return f"architecture {arch} (supported: {', '.join(SUPPORTED_ARCHITECTURES)})"
     return None
@@ -266,9 +455,11 @@ def parse_config(cfg: dict[str, Any], *, name: str, aic_name: str | None) -> Mod
     Raises:
         ConfigError: a field is missing or malformed, or the architecture is not supported yet.
     """
+    cfg = text_config(cfg)
     reason = unsupported_reason(cfg)
     if reason is not None:
         raise _refuse(name, reason)
+    arch = _architecture(cfg)
     heads = _int(name, cfg, "num_attention_heads")
     hidden = _int(name, cfg, "hidden_size")
     kv_heads = _int(name, cfg, "num_key_value_heads", heads)  # HF default: multi-head attention
@@ -277,16 +468,58 @@ def parse_config(cfg: dict[str, Any], *, name: str, aic_name: str | None) -> Mod
     if cfg.get("head_dim") is None and hidden % heads:
         raise ConfigError("model", name, "a config.json with head_dim (a positive integer)")
     head_dim = _int(name, cfg, "head_dim", hidden // heads)
-    intermediate = _int(name, cfg, "intermediate_size")
-    experts = cfg.get("num_experts") or cfg.get("num_local_experts") or 0
-    topk = moe_intermediate = 0
-    if experts:
-        experts = _int(name, cfg, "num_experts" if cfg.get("num_experts") else "num_local_experts")
+    expert_key = next(
+        (k for k in ("num_experts", "num_local_experts", "n_routed_experts") if cfg.get(k)), None
+    )
+    experts = topk = moe_intermediate = 0
+    # A MoE model without dense layers may omit intermediate_size (Qwen3.5): use the expert's.
+    has_dense = expert_key is None or "intermediate_size" in cfg
+    intermediate = _int(name, cfg, "intermediate_size") if has_dense else 0
+    if expert_key is not None:
+        experts = _int(name, cfg, expert_key)
         topk = _int(name, cfg, "num_experts_per_tok")
         if topk > experts:
             raise ConfigError("model", name, "a config.json with num_experts_per_tok <= experts")
-        # Mixtral has no moe_intermediate_size: its intermediate_size is the expert's.
-        moe_intermediate = _int(name, cfg, "moe_intermediate_size", intermediate)
+        # Mixtral and gpt-oss have no moe_intermediate_size: intermediate_size is the expert's.
+        moe_intermediate = _int(name, cfg, "moe_intermediate_size", intermediate or None)
+        intermediate = intermediate or moe_intermediate
+    extra: dict[str, Any] = {}
+    if arch in _MLA_ARCHS:
+        extra.update(
+            kv_lora_rank=_int(name, cfg, "kv_lora_rank"),
+            q_lora_rank=cfg.get("q_lora_rank") or 0,
+            qk_rope_head_dim=_int(name, cfg, "qk_rope_head_dim"),
+            qk_nope_head_dim=_int(name, cfg, "qk_nope_head_dim"),
+            v_head_dim=_int(name, cfg, "v_head_dim"),
+            dense_layers=cfg.get("first_k_dense_replace") or 0,
+            shared_intermediate=(cfg.get("n_shared_experts") or 0) * moe_intermediate,
+        )
+        if cfg.get("index_n_heads"):
+            extra.update(
+                indexer_heads=_int(name, cfg, "index_n_heads"),
+                indexer_head_dim=_int(name, cfg, "index_head_dim"),
+            )
+    layer_types = cfg.get("layer_types") or []
+    if arch == "GptOssForCausalLM":
+        extra.update(
+            attention_bias=True,
+            attention_sinks=True,
+            expert_bias=True,
+            sliding_window=_int(name, cfg, "sliding_window"),
+            sliding_layers=sum(t == "sliding_attention" for t in layer_types),
+        )
+    if arch == "Qwen3_5MoeForCausalLM":
+        extra.update(
+            output_gate=cfg.get("attn_output_gate") is True,
+            shared_intermediate=cfg.get("shared_expert_intermediate_size") or 0,
+            shared_gate=bool(cfg.get("shared_expert_intermediate_size")),
+            linear_layers=sum(t == "linear_attention" for t in layer_types),
+            linear_key_heads=_int(name, cfg, "linear_num_key_heads"),
+            linear_value_heads=_int(name, cfg, "linear_num_value_heads"),
+            linear_key_dim=_int(name, cfg, "linear_key_head_dim"),
+            linear_value_dim=_int(name, cfg, "linear_value_head_dim"),
+            linear_conv_kernel=_int(name, cfg, "linear_conv_kernel_dim"),
+        )
     return ModelSpec(
         name=name,
         aic_name=aic_name,
@@ -301,5 +534,6 @@ def parse_config(cfg: dict[str, Any], *, name: str, aic_name: str | None) -> Mod
         experts=experts,
         topk=topk,
         moe_intermediate=moe_intermediate,
-        qk_norm=SUPPORTED_ARCHITECTURES[_architecture(cfg)],
+        qk_norm=SUPPORTED_ARCHITECTURES[arch],
+        **extra,
     )

@@ -1,24 +1,37 @@
 """Per-backend framework overhead of one engine step (scheduling, sampling, Python, launches).
 
 AIConfigurator's database holds kernel time only; a real engine also spends host time on every
-iteration. We model it as ``base_us + per_request_us * requests_in_batch``.
+iteration. We model it as ``base_us + per_request_us * requests + per_token_us * tokens`` in
+the step, and allow a per-phase correction of the kernel time (``decode`` multiplies the kernel
+time of a step's decode requests, ``prefill`` what its prefill chunks add to it).
 
-The constants below were fitted by ``benchmarks/calibrate_overhead.py`` (run it to re-derive
-them and print the errors): every row of the calibration groups of AIConfigurator's
-``silicon_sample.csv`` (Llama-3.1-8B-Instruct / h100_sxm / trtllm and Qwen3-32B / h100_sxm /
-trtllm and sglang, aggregated) is replayed by the simulator as the closed-loop benchmark it was,
-and the constants minimise the squared relative TPOT error (non-negative least squares). All
-other rows are held out for validation. SGLang's fit is zero: even without overhead the
-simulator's TPOT is 14% above the measurements there (AIC's SGLang kernels, or our mixing of
-prefill chunks into decode steps, which SGLang does not do by default). vLLM has no calibration
-rows; it uses TRT-LLM's constants (a guess: both launch CUDA graphs from a Python/C++ loop).
+The constants come from a calibration profile (:mod:`dynosim.perf.calibration`): the
+deployment's ``calibration: PROFILE.yaml``, or the shipped ``dynosim/perf/profiles/default.yaml``
+which ``dynosim calibrate`` fitted on the calibration groups of AIConfigurator's
+``silicon_sample.csv`` (the command that regenerates it is in the file's header).
+``framework_overhead_us`` in a deployment overrides the step overhead with a constant.
+
+:class:`CalibratedStepTime` wraps a step-time model whose own overhead is ``base + per_request``
+and adds the per-token term and the kernel factors; :func:`calibrated` applies it only when the
+profile needs it, so a profile without those terms prices steps exactly as the plain model.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from dynosim.config import DeploymentConfig
+import numpy as np
+import numpy.typing as npt
+
+from dynosim.config import DeploymentConfig, HostConfig
+from dynosim.perf.calibration import CalibrationProfile, StepCalibration, load_profile
+
+if TYPE_CHECKING:
+    from dynosim.perf.protocol import StepTimeModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,35 +41,135 @@ class FrameworkOverhead:
     Attributes:
         base_us: Constant per step.
         per_request_us: Added per request in the step (prefilling or decoding).
+        per_token_us: Added per token computed in the step (applied by
+            :class:`CalibratedStepTime`; the kernel models add ``us(n_requests)`` only).
     """
 
     base_us: float
     per_request_us: float = 0.0
+    per_token_us: float = 0.0
 
-    def us(self, n_requests: int) -> float:
-        """Overhead of one step holding ``n_requests`` requests, in microseconds."""
-        return self.base_us + self.per_request_us * n_requests
+    def us(self, n_requests: int, n_tokens: int = 0) -> float:
+        """Overhead of one step holding ``n_requests`` requests and ``n_tokens`` tokens."""
+        return self.base_us + self.per_request_us * n_requests + self.per_token_us * n_tokens
 
 
-# Fitted by benchmarks/calibrate_overhead.py with the simulator's closed-loop replays:
-# trtllm: 357 rows, TPOT MAPE 7.6% (Llama-3.1-8B) and 11.6% (Qwen3-32B fp8).
-# sglang: 84 rows, TPOT MAPE 16.8% (bias +13.6% with the constants at their bound, zero).
-TRTLLM_OVERHEAD = FrameworkOverhead(base_us=553.6, per_request_us=9.73)
-SGLANG_OVERHEAD = FrameworkOverhead(base_us=0.0, per_request_us=0.0)
-VLLM_OVERHEAD = TRTLLM_OVERHEAD
+NO_OVERHEAD = FrameworkOverhead(0.0, 0.0)
 
-DEFAULT_OVERHEADS: dict[str, FrameworkOverhead] = {
-    "trtllm": TRTLLM_OVERHEAD,
-    "sglang": SGLANG_OVERHEAD,
-    "vllm": VLLM_OVERHEAD,
-}
+
+def deployment_profile(config: DeploymentConfig) -> CalibrationProfile:
+    """The profile ``config`` uses (its ``calibration`` file, or the shipped default).
+
+    Raises:
+        ConfigError: the file is missing or not a valid profile (one line naming it).
+    """
+    return load_profile(getattr(config, "calibration", None))
+
+
+def with_calibration(config: DeploymentConfig, base_dir: Path | None = None) -> DeploymentConfig:
+    """``config`` with its calibration applied at the edge (idempotent).
+
+    A relative ``calibration`` path that does not exist from the working directory is taken
+    relative to ``base_dir`` (the deployment file's folder). The profile is read (so a missing
+    or bad file is a one-line ``ConfigError`` here, before any simulation), and a deployment
+    that names a profile and has no ``host`` section takes the profile's host cost of its
+    backend. The shipped default's host costs are not applied to deployments that name no
+    profile: they exist only for the backends with calibration rows, and applying them would
+    make a study prefer a backend for lacking data (``validate`` uses them).
+
+    Raises:
+        ConfigError: the profile file is missing or invalid.
+    """
+    path = config.calibration
+    if path is not None and base_dir is not None:
+        p = Path(path)
+        if not p.is_absolute() and not p.exists() and (base_dir / p).exists():
+            config = replace(config, calibration=str(base_dir / p))
+    host = deployment_profile(config).backend(config.backend).host
+    named = config.calibration is not None
+    if named and config.host is None and (host.request_us > 0 or host.input_token_us > 0):
+        config = replace(
+            config, host=HostConfig(request_us=host.request_us, input_token_us=host.input_token_us)
+        )
+    return config
+
+
+def step_calibration(config: DeploymentConfig) -> StepCalibration:
+    """The step calibration of ``config``'s backend; ``framework_overhead_us`` overrides it.
+
+    An override is a constant per step (no per-request or per-token term, kernel factors 1).
+    """
+    if config.framework_overhead_us is not None:
+        return StepCalibration(base_us=float(config.framework_overhead_us))
+    return deployment_profile(config).backend(config.backend).step
 
 
 def framework_overhead(config: DeploymentConfig) -> FrameworkOverhead:
-    """The overhead of ``config``'s backend; ``config.framework_overhead_us`` overrides it.
+    """The ``base + per_request`` overhead the kernel models add to every step of ``config``."""
+    s = step_calibration(config)
+    return FrameworkOverhead(s.base_us, s.per_request_us)
 
-    An override is a constant per step (no per-request term).
+
+class CalibratedStepTime:
+    """A step-time model with a calibrated overhead and per-phase kernel factors.
+
+    ``inner`` prices a step as kernel time plus ``inner_overhead.us(requests)``; this model
+    returns ``round(decode * K_d + prefill * (K - K_d) + base + per_request * requests +
+    per_token * tokens)``: ``K`` is the step's kernel time and ``K_d`` that of its decode
+    requests alone (the same step without its prefill chunks; 0 without decodes), so the decode
+    factor scales decoding and the prefill factor what the prefill chunks add, and the price
+    stays monotone in every input. The decode-only paths use the same IEEE-754 operations in the
+    same order (fast-forward equals stepping bit for bit).
     """
-    if config.framework_overhead_us is not None:
-        return FrameworkOverhead(float(config.framework_overhead_us), 0.0)
-    return DEFAULT_OVERHEADS[config.backend]
+
+    def __init__(
+        self, inner: StepTimeModel, cal: StepCalibration, inner_overhead: FrameworkOverhead
+    ) -> None:
+        """Wrap ``inner`` (whose own per-step overhead is ``inner_overhead``)."""
+        self.inner = inner
+        self.cal = cal
+        self.inner_overhead = inner_overhead
+        self.overhead = FrameworkOverhead(cal.base_us, cal.per_request_us, cal.per_token_us)
+
+    def step_us(
+        self, prefill: Sequence[tuple[int, int]], n_decode: int, decode_kv_tokens: int
+    ) -> int:
+        """Duration of one mixed step (see the protocol)."""
+        inner = float(self.inner.step_us(prefill, n_decode, decode_kv_tokens))
+        if not prefill:
+            kernel = inner - self.inner_overhead.us(n_decode)
+            total = self.cal.decode * kernel + self.overhead.us(n_decode, n_decode)
+            return max(1, math.floor(total + 0.5))
+        n_requests = len(prefill) + n_decode
+        tokens = n_decode + sum(chunk for chunk, _ in prefill)
+        kernel = inner - self.inner_overhead.us(n_requests)
+        decode = 0.0
+        if n_decode > 0:
+            alone = float(self.inner.step_us((), n_decode, decode_kv_tokens))
+            decode = min(kernel, alone - self.inner_overhead.us(n_decode))
+        total = (
+            self.cal.decode * decode
+            + self.cal.prefill * (kernel - decode)
+            + self.overhead.us(n_requests, tokens)
+        )
+        return max(1, math.floor(total + 0.5))
+
+    def decode_run_us(
+        self, n_decode: int, decode_kv_tokens: int, n_steps: int
+    ) -> npt.NDArray[np.int64]:
+        """Durations of ``n_steps`` decode-only steps (see the protocol)."""
+        inner = self.inner.decode_run_us(n_decode, decode_kv_tokens, n_steps)
+        own = self.inner_overhead.us(n_decode)
+        add = self.overhead.us(n_decode, n_decode)
+        total = self.cal.decode * (inner.astype(np.float64) - own) + add
+        out = (total + 0.5).astype(np.int64)  # floor for x >= 0; the clamp covers the rest
+        np.maximum(out, 1, out=out)
+        return out
+
+
+def calibrated(model: StepTimeModel, config: DeploymentConfig) -> StepTimeModel:
+    """``model`` with ``config``'s step calibration (``model`` itself when it needs none)."""
+    cal = step_calibration(config)
+    if cal.kernel_exact:
+        return model
+    return CalibratedStepTime(model, cal, framework_overhead(config))

@@ -41,19 +41,27 @@ class RooflineStepTime:
     """:class:`~dynosim.perf.protocol.StepTimeModel` from peak FLOP/s and bandwidths."""
 
     def __init__(
-        self, model: ModelSpec, gpu: GpuSpec, tp: int, dtype: str, overhead: FrameworkOverhead
+        self,
+        model: ModelSpec,
+        gpu: GpuSpec,
+        tp: int,
+        dtype: str,
+        overhead: FrameworkOverhead,
+        kv_dtype: str | None = None,
     ) -> None:
-        """Precompute per-token costs (microseconds) of ``model`` on ``tp`` ``gpu``s."""
+        """Precompute per-token costs (microseconds) of ``model`` on ``tp`` ``gpu``s.
+
+        ``kv_dtype`` is the KV cache's element type (default: as ``dtype``'s KV default).
+        """
         self.overhead = overhead
         flops_us = gpu.flops(dtype) * MFU / 1e6  # FLOP per microsecond
         bytes_us = gpu.hbm_bytes_per_s * BWU / 1e6
-        kv_tok = kv_bytes_per_token(model, tp, dtype)
+        kv_tok = kv_bytes_per_token(model, tp, kv_dtype or dtype)
         head_flops = 4.0 * model.layers * (model.heads / tp) * model.head_dim
-        per_weight = 1 if dtype == "fp8" else 2
+        per_weight = {"fp8": 1.0, "fp8_block": 1.0, "nvfp4": 9 / 16, "mxfp4": 0.5}.get(dtype, 2.0)
         expert_bytes = 0.0
-        if model.is_moe:
-            expert_bytes = model.layers * model.experts * 3 * model.hidden * model.moe_intermediate
-            expert_bytes *= per_weight / tp
+        if model.is_moe:  # the routed experts' weights (memory.py's bytes per expert weight)
+            expert_bytes = model.expert_params * (per_weight / tp)
         self._experts = model.experts
         self._topk = model.topk
         self._expert_us = expert_bytes / bytes_us
@@ -82,6 +90,7 @@ class RooflineStepTime:
             config.tp,
             config.dtype,
             framework_overhead(config),
+            config.kv_dtype,
         )
 
     def _const_us(self, n_tokens: int, n_requests: int) -> float:

@@ -32,6 +32,8 @@ class GpuSpec:
         memory_bytes: HBM capacity.
         bf16_flops: Dense BF16 tensor-core FLOP/s.
         fp8_flops: Dense FP8 tensor-core FLOP/s, or None when the GPU has no FP8 units.
+        fp4_flops: Dense FP4 tensor-core FLOP/s (``fp4_tc_flops``), or None when the GPU has
+            no FP4 units (pre-Blackwell).
         hbm_bytes_per_s: Peak HBM bandwidth.
         nvlink_bytes_per_s: GPU-to-GPU bandwidth per GPU, one direction (PCIe for l40s).
         gpu_hour_usd: Default price of one GPU-hour (rough 2025 cloud on-demand list price), or
@@ -46,17 +48,26 @@ class GpuSpec:
     hbm_bytes_per_s: float
     nvlink_bytes_per_s: float
     gpu_hour_usd: float | None
+    fp4_flops: float | None = None
 
     def flops(self, dtype: str) -> float:
-        """Dense FLOP/s for ``dtype`` ("bf16" or "fp8").
+        """Dense FLOP/s of the GEMMs of a ``dtype`` deployment.
+
+        fp8 and fp8_block run on the FP8 tensor cores, nvfp4 on the FP4 ones; bf16 and mxfp4
+        (4-bit weights dequantised into BF16 GEMMs, gpt-oss's format) on the BF16 ones.
 
         Raises:
-            ConfigError: ``dtype`` is fp8 and the GPU has no FP8 tensor cores.
+            ConfigError: the GPU has no tensor cores for ``dtype``.
         """
-        if dtype == "fp8":
+        if dtype in ("fp8", "fp8_block"):
             if self.fp8_flops is None:
                 raise ConfigError("dtype", dtype, f"bf16 ({self.name} has no FP8 tensor cores)")
             return self.fp8_flops
+        if dtype == "nvfp4":
+            if self.fp4_flops is None:
+                have = "bf16 | fp8 | fp8_block" if self.fp8_flops is not None else "bf16"
+                raise ConfigError("dtype", dtype, f"{have} ({self.name} has no FP4 tensor cores)")
+            return self.fp4_flops
         return self.bf16_flops
 
 
@@ -104,6 +115,7 @@ def load_system(name: str) -> GpuSpec:
     if not isinstance(gpu, dict) or not isinstance(node, dict):
         raise ConfigError("gpu", name, "an AIConfigurator system file with gpu and node sections")
     has_fp8 = gpu.get("fp8_tc_flops") is not None  # e.g. a100_sxm has no FP8 tensor cores
+    has_fp4 = gpu.get("fp4_tc_flops") is not None  # Blackwell only
     return GpuSpec(
         name=name,
         memory_bytes=int(_positive(name, gpu, "mem_capacity")),
@@ -112,4 +124,5 @@ def load_system(name: str) -> GpuSpec:
         hbm_bytes_per_s=_positive(name, gpu, "mem_bw"),
         nvlink_bytes_per_s=_positive(name, node, "intra_node_bw"),
         gpu_hour_usd=None,
+        fp4_flops=_positive(name, gpu, "fp4_tc_flops") if has_fp4 else None,
     )

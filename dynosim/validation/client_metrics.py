@@ -22,18 +22,33 @@ from __future__ import annotations
 import numpy as np
 
 from dynosim.metrics import RequestRecords, measured
+from dynosim.perf.calibration import HostCalibration
 from dynosim.workload.client import ClientName
 
 
-def client_metrics(records: RequestRecords, client: ClientName, warmup: int) -> dict[str, float]:
-    """The figures ``client`` would print for this run (see the module docstring)."""
+def client_metrics(
+    records: RequestRecords,
+    client: ClientName,
+    warmup: int,
+    host: HostCalibration | None = None,
+) -> dict[str, float]:
+    """The figures ``client`` would print for this run (see the module docstring).
+
+    ``host``: a per-request host delay (``request_us + input_token_us * input tokens``) the
+    simulation did not model, added to each measured request's first token and completion
+    (TTFT and latency grow by it, TPOT does not change).
+    """
     idx = measured(records, warmup)
     nan = float("nan")
     if idx.size == 0:
         return {}
-    arrival = records.arrival_us[idx]
-    first = records.first_token_us[idx]
-    finish = records.finish_us[idx]
+    arrival = records.arrival_us[idx].astype(np.float64)
+    first = records.first_token_us[idx].astype(np.float64)
+    finish = records.finish_us[idx].astype(np.float64)
+    if host is not None:
+        delay = host.request_us + host.input_token_us * records.input_tokens[idx]
+        first = first + delay
+        finish = finish + delay
     osl = records.output_tokens[idx]
     ttft = (first - arrival) / 1e3
     decode_ms = (finish - first) / 1e3

@@ -1,16 +1,20 @@
 """Measured benchmark points a user can check the simulator against.
 
-Two formats, told apart by their header:
+Formats, told apart by their content (tool result files: :mod:`dynosim.validation.tool_exports`):
 
 * AIConfigurator's ``silicon_sample.csv`` (``model_path, system, backend, mode, isl, osl,
   batch_size, tp_size, ..., silicon_ttft_ms, silicon_tpot_ms``). The client that produced a row
   is inferred from ``silicon_data_source``: ``db-dump/...`` and ``source_file=...`` rows come
   from SemiAnalysis InferenceX runs (client ``inferencex``); other sources record no client, and
-  are replayed as a plain closed loop of ``batch_size`` clients. Disaggregated rows, pipeline
+  are replayed as a plain closed loop of ``batch_size`` clients. InferenceX rows whose source
+  records no ``measured=`` date in or after 2026-01 ran without warm-up requests (the client
+  added ``--num-warmups 2*c`` then). Disaggregated rows, pipeline
   parallelism and attention data parallelism are refused with the reason (not modelled yet).
 * A plain CSV: ``model,gpu,backend,tp,isl,osl,concurrency,ttft_ms,tpot_ms`` and optionally
   ``dtype``, ``client`` (inferencex | vllm-bench | aiperf), ``max_num_seqs``,
-  ``max_num_batched_tokens``, ``enable_prefix_caching``.
+  ``max_num_batched_tokens``, ``enable_prefix_caching``, ``warmups``.
+* AIPerf ``profile_export_aiperf.json`` / ``.csv`` and vLLM ``bench serve --save-result`` JSON:
+  one point per file, the deployment fields from a context (``--deployment``).
 
 A malformed row is a one-line ``WorkloadError`` naming the file, the line and the field.
 """
@@ -18,6 +22,8 @@ A malformed row is a one-line ``WorkloadError`` naming the file, the line and th
 from __future__ import annotations
 
 import csv
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +33,7 @@ from dynosim.workload.client import CLIENTS, ClientName
 
 PLAIN_FIELDS = ("model", "gpu", "backend", "tp", "isl", "osl", "concurrency", "ttft_ms", "tpot_ms")
 PLAIN_OPTIONAL = ("dtype", "client", "max_num_seqs", "max_num_batched_tokens",
-                  "enable_prefix_caching")  # fmt: skip
+                  "enable_prefix_caching", "warmups")  # fmt: skip
 _SILICON_DTYPES = {"": "bf16", "bf16": "bf16", "fp8fp8": "fp8", "fp8fp8_block": "fp8"}
 
 
@@ -38,6 +44,7 @@ class Measurement:
     Attributes:
         where: ``FILE:LINE`` of the row.
         client: The benchmark client that measured it (None: a plain closed loop).
+        warmups: Warm-up requests the client sent (None: the client's default).
         engine: Engine fields the row states (``max_num_seqs``...).
         refused: Why the row cannot be replayed (None: it can).
     """
@@ -55,6 +62,7 @@ class Measurement:
     dtype: str = "bf16"
     mode: str = "agg"
     client: ClientName | None = None
+    warmups: int | None = None
     engine: dict[str, Any] = field(default_factory=dict)
     refused: str | None = None
 
@@ -64,18 +72,29 @@ class Measurement:
         return (self.model, self.gpu, self.backend, self.mode)
 
 
-def read_measurements(path: str | Path) -> list[Measurement]:
+def read_measurements(
+    path: str | Path, context: Mapping[str, Any] | None = None
+) -> list[Measurement]:
     """Every row of a measurement file (see the module docstring).
+
+    ``context`` (``model``, ``gpu``, ``backend``, ``tp``, ``dtype``, ``concurrency``) fills
+    what a benchmark tool's result file lacks (:mod:`dynosim.validation.tool_exports`).
 
     Raises:
         WorkloadError: unreadable file, unknown header, or a malformed row (``FILE:LINE: ...``).
     """
+    from dynosim.validation import tool_exports
+
     p = Path(path)
     try:
         with p.open(newline="") as f:
             text = f.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise WorkloadError(f"{p}: cannot read measurements: {exc}") from None
+    if text.lstrip("\ufeff").lstrip().startswith("{"):
+        return tool_exports.parse_json(p, text, context or {})
+    if tool_exports.is_aiperf_csv(text):
+        return tool_exports.parse_aiperf_csv(p, text, context or {})
     reader = csv.DictReader(text.splitlines())
     header = set(reader.fieldnames or ())
     if {"model_path", "system", "silicon_ttft_ms"} <= header:
@@ -83,8 +102,9 @@ def read_measurements(path: str | Path) -> list[Measurement]:
     if set(PLAIN_FIELDS) <= header:
         return [_plain(p, i + 2, r) for i, r in enumerate(reader)]
     raise WorkloadError(
-        f"{p}:1: unknown measurement format; accepted: AIConfigurator's silicon_sample.csv, or a "
-        f"CSV with the columns {','.join(PLAIN_FIELDS)}"
+        f"{p}:1: unknown measurement format; accepted: AIConfigurator's silicon_sample.csv, a "
+        f"CSV with the columns {','.join(PLAIN_FIELDS)}, AIPerf's profile_export_aiperf.json or "
+        ".csv, vLLM bench serve --save-result JSON"
     )
 
 
@@ -105,6 +125,7 @@ def _silicon(path: Path, line: int, r: dict[str, str]) -> Measurement:
     client: ClientName | None = (
         "inferencex" if source.startswith(("db-dump/", "source_file=")) else None
     )
+    warmups = None if client is None or _measured_since(source, "2026-01") else 0
     quant = (r.get("precision") or "") + (r.get("gemm_quant_mode") or "")
     refused = None
     if r.get("mode") != "agg":
@@ -130,8 +151,19 @@ def _silicon(path: Path, line: int, r: dict[str, str]) -> Measurement:
         dtype=_SILICON_DTYPES.get(quant, "bf16"),
         mode=r.get("mode") or "agg",
         client=client,
+        warmups=warmups,
         refused=refused,
     )
+
+
+def _measured_since(source: str, month: str) -> bool:
+    """Whether a row's source records a ``measured=YYYY-MM-DD`` date in or after ``month``.
+
+    InferenceX added ``--num-warmups 2*c`` in 2026-01; a row without a date or from before ran
+    with no warm-up, so its first wave of ``c`` simultaneous prompts is in the means.
+    """
+    match = re.search(r"measured=(\d{4}-\d{2})", source)
+    return match is not None and match.group(1) >= month
 
 
 def _plain(path: Path, line: int, r: dict[str, str]) -> Measurement:
@@ -167,5 +199,6 @@ def _plain(path: Path, line: int, r: dict[str, str]) -> Measurement:
         tpot_ms=_num(where, r, "tpot_ms", float, 0.0),
         dtype=(r.get("dtype") or "").strip() or "bf16",
         client=client,
+        warmups=_num(where, r, "warmups", int, 0) if (r.get("warmups") or "").strip() else None,
         engine=engine,
     )

@@ -1,20 +1,24 @@
 """Closed-loop replays of AIConfigurator's real-GPU measurements (``silicon_sample.csv``).
 
 Each row of that file is a benchmark of one aggregated deployment at a fixed input/output
-length and a fixed concurrency ``c`` (= batch size): ``c`` clients each send their next request
-as soon as the previous one completes. ``replay`` runs the same benchmark in the simulator and
-returns its mean TTFT and TPOT, so a step-time model and framework overhead can be checked
-against the measured ones. Only some rows may be used for calibration (see
+length and a fixed batch size per scheduler: ``c = batch_size x attention_dp`` clients each send
+their next request as soon as the previous one completes (with attention data parallelism every
+DP rank schedules its own batch of ``batch_size``). ``replay`` runs the same benchmark in the
+simulator and returns its mean TTFT and TPOT, so a step-time model and framework overhead can
+be checked against the measured ones. Only some rows may be used for calibration (see
 ``CALIBRATION_GROUPS``); the others are for validation.
 """
 
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from dynosim.config import DeploymentConfig
+from dynosim.errors import ConfigError
+from dynosim.perf.catalog import model_spec
 from dynosim.perf.deployment import DeploymentPerf
 from dynosim.simulation import Simulation
 from dynosim.types import Request
@@ -24,7 +28,15 @@ CALIBRATION_GROUPS = (
     ("Qwen/Qwen3-32B", "h100_sxm", "trtllm"),
     ("Qwen/Qwen3-32B", "h100_sxm", "sglang"),
 )
-_DTYPES = {"": "bf16", "fp8fp8": "fp8", "fp8fp8_block": "fp8"}
+# precision + gemm_quant_mode -> dtype, as the row says (an fp8 row's MoE mode is inferred by
+# AIConfigurator from the checkpoint); fp4 rows of an MXFP4 checkpoint (gpt-oss) are mxfp4.
+_DTYPES = {
+    "": "bf16",
+    "bf16": "bf16",
+    "fp8fp8": "fp8",
+    "fp8fp8_block": "fp8_block",
+    "fp4nvfp4": "nvfp4",
+}
 
 
 def silicon_csv() -> Path:
@@ -48,10 +60,87 @@ class SiliconRow:
     osl: int
     ttft_ms: float
     tpot_ms: float
+    ep: int = 1
+    moe_tp: int | None = None
+    attention_dp: int = 1
+
+    @property
+    def batch_size(self) -> int:
+        """Requests each scheduler (DP rank) batches: ``concurrency / attention_dp``."""
+        return self.concurrency // self.attention_dp
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedRow:
+    """A row the simulator cannot build, and why (one line)."""
+
+    model: str
+    gpu: str
+    backend: str
+    reason: str
+
+
+def _dtype(model: str, quant: str) -> str:
+    """The dtype of a row, or ConfigError for a quantisation dynosim has no dtype for."""
+    if quant not in _DTYPES:
+        raise ConfigError("dtype", quant, "bf16 | fp8 | fp8_block | nvfp4 rows")
+    dtype = _DTYPES[quant]
+    if dtype == "nvfp4" and model_spec(model).sliding_layers:
+        return "mxfp4"  # gpt-oss ships MXFP4 experts; "nvfp4" rows on Hopper are that format
+    return dtype
+
+
+def _num(value: str, default: int) -> int:
+    return int(value) if value not in ("", "0") else default
+
+
+def parse_row(r: dict[str, str]) -> SiliconRow:
+    """One aggregated row of ``silicon_sample.csv``.
+
+    Raises:
+        ConfigError: unknown model, a quantisation without a dtype, pipeline parallelism.
+    """
+    if int(r["pp_size"] or 1) != 1:
+        raise ConfigError("pp_size", r["pp_size"], "1 (no pipeline parallelism)")
+    model = r["model_path"]
+    spec = model_spec(model)
+    dtype = _dtype(model, r["precision"] + r["gemm_quant_mode"])
+    adp = _num(r["attention_dp_size"], 1)
+    ep = moe_tp = None
+    if spec.is_moe:  # a dense model's MoE columns are placeholders (0, 1 or empty)
+        ep = _num(r["moe_ep_size"], 1)
+        moe_tp = _num(r["moe_tp_size"], 0) or None
+    return SiliconRow(
+        model=model,
+        gpu=r["system"],
+        backend=r["backend"],
+        dtype=dtype,
+        tp=int(r["tp_size"]),
+        concurrency=int(r["batch_size"]) * adp,
+        isl=int(r["isl"]),
+        osl=int(r["osl"]),
+        ttft_ms=float(r["silicon_ttft_ms"]),
+        tpot_ms=float(r["silicon_tpot_ms"]),
+        ep=ep or 1,
+        moe_tp=moe_tp,
+        attention_dp=adp,
+    )
+
+
+def agg_rows(path: Path | None = None) -> Iterator[SiliconRow | RefusedRow]:
+    """Every aggregated row, parsed or refused with its reason, in file order."""
+    with (path or silicon_csv()).open(newline="") as f:
+        for r in csv.DictReader(f):
+            if r["mode"] != "agg":
+                continue
+            try:
+                yield parse_row(r)
+            except ConfigError as err:
+                yield RefusedRow(r["model_path"], r["system"], r["backend"], str(err))
 
 
 def load_rows(model: str, gpu: str, backend: str, path: Path | None = None) -> list[SiliconRow]:
-    """Aggregated-mode, default-precision rows of one (model, GPU, backend) group."""
+    """Aggregated-mode rows of one (model, GPU, backend) group that parse (see :func:`agg_rows`)."""
     rows = []
     with (path or silicon_csv()).open(newline="") as f:
         for r in csv.DictReader(f):
@@ -62,23 +151,10 @@ def load_rows(model: str, gpu: str, backend: str, path: Path | None = None) -> l
                 "agg",
             ):
                 continue
-            quant = r["precision"] + r["gemm_quant_mode"]
-            if quant not in _DTYPES or int(r["pp_size"] or 1) != 1:
+            try:
+                rows.append(parse_row(r))
+            except ConfigError:
                 continue
-            rows.append(
-                SiliconRow(
-                    model=model,
-                    gpu=gpu,
-                    backend=backend,
-                    dtype=_DTYPES[quant],
-                    tp=int(r["tp_size"]),
-                    concurrency=int(r["batch_size"]),
-                    isl=int(r["isl"]),
-                    osl=int(r["osl"]),
-                    ttft_ms=float(r["silicon_ttft_ms"]),
-                    tpot_ms=float(r["silicon_tpot_ms"]),
-                )
-            )
     return rows
 
 
@@ -97,22 +173,31 @@ def closed_loop_requests(concurrency: int, n: int, isl: int, osl: int) -> list[R
 
 
 def row_config(row: SiliconRow, *, max_num_batched_tokens: int = 8192) -> DeploymentConfig:
-    """The deployment a row measured: one worker, batch size = concurrency, no prefix reuse."""
-    return DeploymentConfig.from_dict(
-        {
-            "model": row.model,
-            "gpu": row.gpu,
-            "backend": row.backend,
-            "dtype": row.dtype,
-            "tp": row.tp,
-            "workers": 1,
-            "engine": {
-                "max_num_seqs": row.concurrency,
-                "max_num_batched_tokens": max(max_num_batched_tokens, row.concurrency),
-                "enable_prefix_caching": False,
-            },
-        }
-    )
+    """The deployment a row measured: one replica, batch size per DP rank, no prefix reuse."""
+    data: dict[str, object] = {
+        "model": row.model,
+        "gpu": row.gpu,
+        "backend": row.backend,
+        "dtype": row.dtype,
+        "tp": row.tp,
+        "workers": 1,
+        "engine": {
+            "max_num_seqs": row.batch_size,
+            "max_num_batched_tokens": max(max_num_batched_tokens, row.batch_size),
+            "enable_prefix_caching": False,
+        },
+    }
+    if row.ep != 1:
+        data["ep"] = row.ep
+    if row.moe_tp is not None:
+        data["moe_tp"] = row.moe_tp
+    if row.attention_dp != 1:
+        data["attention_dp"] = row.attention_dp
+    if row.backend in ("vllm", "sglang") and row.dtype != "bf16":
+        # their --kv-cache-dtype defaults to auto: the model's activation dtype (bf16); the
+        # rows do not say otherwise. TRT-LLM rows keep the dtype's KV default (fp8 for fp8).
+        data["kv_cache_dtype"] = "bf16"
+    return DeploymentConfig.from_dict(data)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,13 +15,21 @@ error (bias) of TTFT and TPOT in percent.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from dynosim.config import DeploymentConfig
+from dynosim.config import DeploymentConfig, HostConfig
 from dynosim.errors import DynosimError
+from dynosim.perf.calibration import (
+    CalibrationProfile,
+    HostCalibration,
+    StepCalibration,
+    load_profile,
+)
+from dynosim.perf.deployment import DeploymentPerf, resolve
+from dynosim.perf.overhead import NO_OVERHEAD, CalibratedStepTime
 from dynosim.simulation import Simulation
 from dynosim.types import Request
 from dynosim.validation.client_metrics import client_metrics
@@ -116,23 +124,60 @@ def row_requests(m: Measurement, rounds: int) -> tuple[list[Request], int]:
     if m.client is not None:
         name = m.client
         extra = {"requests": m.concurrency * rounds} if name == "aiperf" else {}
+        if m.warmups is not None:
+            extra["warmups"] = m.warmups
         c = BenchmarkClient(name=name, concurrency=m.concurrency, isl=m.isl, osl=m.osl, **extra)
         return client_requests(c), c.warmup_count
     return closed_loop_requests(m.concurrency, m.concurrency * rounds, m.isl, m.osl), 0
 
 
-def replay(m: Measurement, *, rounds: int = 4, timing: str = "aic") -> RowResult:
-    """Simulate one measurement (refused with the reason when it cannot run)."""
+def row_perf(m: Measurement, step: StepCalibration, timing: str = "aic") -> DeploymentPerf:
+    """The row's deployment performance with the step calibration ``step``.
+
+    The kernel model is built without overhead and ``step`` is applied on top of it
+    (:class:`~dynosim.perf.overhead.CalibratedStepTime`), so any step calibration, also a probe
+    with zero kernel factors, can be replayed.
+    """
+    perf = resolve(replace(row_config(m, timing), framework_overhead_us=0.0))
+    return replace(perf, timing=CalibratedStepTime(perf.timing, step, NO_OVERHEAD))
+
+
+def replay(
+    m: Measurement,
+    *,
+    rounds: int = 4,
+    timing: str = "aic",
+    profile: CalibrationProfile | None = None,
+    step: StepCalibration | None = None,
+    host: HostCalibration | None = None,
+    host_in_sim: bool = False,
+) -> RowResult:
+    """Simulate one measurement (refused with the reason when it cannot run).
+
+    ``profile`` (None: the shipped default) gives the step calibration and the host cost of the
+    row's backend; ``step`` and ``host`` override them (calibration probes). The host cost is
+    added to each request's TTFT and latency (:func:`client_metrics`), the form the fit
+    assumes; ``host_in_sim`` gives it to the deployment's ``host:`` section instead
+    (:mod:`dynosim.host`: the engine sees each request that much later, which also shifts the
+    closed loop's schedule), as ``simulate`` does with a named profile.
+    """
     nan = float("nan")
     if m.refused is not None:
         return RowResult(m, nan, nan, m.refused)
+    cal = (profile or load_profile()).backend(m.backend)
+    cost = host or cal.host
     try:
         config = row_config(m, timing)
+        if host_in_sim and (cost.request_us > 0 or cost.input_token_us > 0):
+            sim_host = HostConfig(request_us=cost.request_us, input_token_us=cost.input_token_us)
+            config = replace(config, host=sim_host)
+            cost = HostCalibration()
         requests, warmup = row_requests(m, rounds)
-        rec = Simulation(config, requests).run(warmup_requests=warmup).records
+        perf = row_perf(m, step or cal.step, timing)
+        rec = Simulation(config, requests, perf=perf).run(warmup_requests=warmup).records
     except DynosimError as exc:
         return RowResult(m, nan, nan, str(exc))
-    fig = client_metrics(rec, m.client or "vllm-bench", warmup)
+    fig = client_metrics(rec, m.client or "vllm-bench", warmup, cost)
     if not fig:
         return RowResult(m, nan, nan, "no request completed")
     return (
@@ -147,13 +192,15 @@ def validate(
     *,
     rounds: int = 4,
     timing: str = "aic",
+    profile: CalibrationProfile | None = None,
+    host_in_sim: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> list[Group]:
-    """Replay every row; the groups in order of first appearance."""
+    """Replay every row (with ``profile``, None: the default); groups in order of appearance."""
     groups: dict[tuple[str, str, str, str], Group] = {}
     for i, m in enumerate(rows):
-        groups.setdefault(m.group, Group(m.group)).rows.append(replay(m, rounds=rounds,
-                                                                      timing=timing))  # fmt: skip
+        result = replay(m, rounds=rounds, timing=timing, profile=profile, host_in_sim=host_in_sim)
+        groups.setdefault(m.group, Group(m.group)).rows.append(result)
         if progress is not None:
             progress(i + 1, len(rows))
     return list(groups.values())

@@ -37,6 +37,11 @@ def add_parser(p: argparse.ArgumentParser) -> None:
         help="seconds between timeline samples (default 1; a planner samples at its own pace)",
     )
     p.add_argument(
+        "--error-bands",
+        action="store_true",
+        help="also print each latency metric with the calibration profile's +-1 sigma band",
+    )
+    p.add_argument(
         "--step-by-step",
         action="store_true",
         help="reference mode: one event per engine step (slow; same results)",
@@ -65,7 +70,9 @@ def run(args: argparse.Namespace) -> int:
     from search.terminal import make_console
 
     console = make_console()
-    config = load_deployment(args.deployment)
+    from dynosim.perf.overhead import with_calibration
+
+    config = with_calibration(load_deployment(args.deployment), args.deployment.parent)
     interval = args.timeline_interval
     if not (math.isfinite(interval) and interval > 0):
         raise DynosimError(f"--timeline-interval: got {interval}; allowed: a number of seconds > 0")
@@ -81,6 +88,12 @@ def run(args: argparse.Namespace) -> int:
         result = sim.run(warmup_requests=workload.warmup_requests)
     title = f"{args.deployment.name} on {workload.name}"
     console.print(metrics_table(result.metrics, title=title))
+    bands = error_bands(result.metrics, config) if getattr(args, "error_bands", False) else {}
+    if bands:
+        console.print(bands_table(bands))
+    elif getattr(args, "error_bands", False):
+        console.print(f"[yellow]no error bands: the calibration profile has no spread for "
+                      f"backend {config.backend}[/yellow]")  # fmt: skip
     client = _client(args)
     reported: dict[str, float] = {}
     if client is not None:
@@ -105,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
         }
         if client is not None:
             payload["client"] = {"name": client.name, "metrics": _jsonable(reported)}
+        if bands:
+            payload["error_bands"] = _jsonable(bands)
         try:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(payload, indent=2) + "\n")
@@ -199,6 +214,44 @@ def metrics_table(m: Metrics, *, title: str) -> Any:
     ]
     for label, unit, v in scalars:
         t.add_row(label, unit, f"{v:,.3f}" if isinstance(v, float) else f"{v:,}")
+    return t
+
+
+def error_bands(m: Metrics, config: Any) -> dict[str, dict[str, float]]:
+    """Each latency statistic with the profile's +-1 sigma band (log-normal error).
+
+    TTFT takes the backend's ``ttft`` spread, ITL (and 1/ITL) its ``tpot`` spread; request
+    latency is not calibrated (no band).
+    """
+    from dynosim.perf.calibration import band
+    from dynosim.perf.overhead import deployment_profile
+
+    profile = deployment_profile(config)
+    out: dict[str, dict[str, float]] = {}
+    for name, kind in (("time_to_first_token", "ttft"), ("inter_token_latency", "tpot")):
+        sigma = profile.sigma(config.backend, kind)
+        if sigma <= 0:
+            continue
+        s = getattr(m, name)
+        row: dict[str, float] = {"sigma": sigma}
+        for k in ("avg", "p50", "p90", "p99"):
+            lo, hi = band(getattr(s, k), sigma)
+            row |= {k: getattr(s, k), f"{k}_low": lo, f"{k}_high": hi}
+        out[name] = row
+    return out
+
+
+def bands_table(bands: dict[str, dict[str, float]]) -> Any:
+    """The error bands as a rich table: value (low .. high) per statistic."""
+    from rich.table import Table
+
+    t = Table(title="with the calibration's +-1 sigma of log-error", title_justify="left")
+    for col in ("metric", "sigma", "avg", "p50", "p90", "p99"):
+        t.add_column(col, justify="left" if col == "metric" else "right", no_wrap=True)
+    for name, row in bands.items():
+        cells = [f"{row[k]:,.1f} ({row[k + '_low']:,.1f}..{row[k + '_high']:,.1f})"
+                 for k in ("avg", "p50", "p90", "p99")]  # fmt: skip
+        t.add_row(name, f"{row['sigma']:.3f}", *cells)
     return t
 
 

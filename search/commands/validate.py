@@ -24,12 +24,31 @@ def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=4,
                    help="requests per client without a named client (default 4)")  # fmt: skip
     p.add_argument("--timing", choices=["aic", "roofline"], default="aic")
+    add_context_arguments(p)
+    p.add_argument(
+        "--calibration",
+        type=Path,
+        metavar="PROFILE.yaml",
+        help="replay with this calibration profile (default: the shipped one)",
+    )
+    p.add_argument(
+        "--host-in-sim",
+        action="store_true",
+        help="give the profile's host cost to the simulated host (dynosim.host) instead of "
+        "adding it to TTFT",
+    )
+    p.add_argument(
+        "--markdown",
+        type=Path,
+        help="write the per-group table as Markdown here (the README fidelity table)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     """Replay the rows, print one line per group, write JSON if asked."""
     from rich.table import Table
 
+    from dynosim.perf.calibration import load_profile
     from dynosim.validation.measurements import read_measurements
     from dynosim.validation.validate import validate
     from search.terminal import make_console
@@ -39,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if args.rounds < 1:
         raise DynosimError(f"--rounds: got {args.rounds}; allowed: an integer >= 1")
     wanted = [_group_filter(g) for g in args.group]
-    rows = [m for m in read_measurements(args.measurements)
+    rows = [m for m in read_measurements(args.measurements, measurement_context(args))
             if not wanted or any(_matches(m.group, w) for w in wanted)]  # fmt: skip
     if args.max_rows is not None:
         rows = rows[: args.max_rows]
@@ -49,7 +68,9 @@ def run(args: argparse.Namespace) -> int:
         def progress(i: int, n: int) -> None:
             status.update(f"replaying row {i:,} of {n:,}...")
 
-        groups = validate(rows, rounds=args.rounds, timing=args.timing, progress=progress)
+        profile = load_profile(args.calibration)
+        groups = validate(rows, rounds=args.rounds, timing=args.timing, profile=profile,
+                          host_in_sim=args.host_in_sim, progress=progress)  # fmt: skip
     summaries = [g.summary() for g in groups]
     t = Table(title=f"simulated vs measured: {args.measurements.name}", title_justify="left")
     for col in ("model", "system", "backend", "mode", "rows", "replayed", "TTFT MAPE %",
@@ -74,6 +95,12 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise DynosimError(f"--json {args.json}: {exc.strerror or exc}") from None
         console.print(f"groups written to {args.json}")
+    if args.markdown is not None:
+        try:
+            args.markdown.write_text(markdown_table(summaries))
+        except OSError as exc:
+            raise DynosimError(f"--markdown {args.markdown}: {exc.strerror or exc}") from None
+        console.print(f"table written to {args.markdown}")
     if args.html is not None:
         from search.validation_plot import write_validation
 
@@ -85,6 +112,47 @@ def run(args: argparse.Namespace) -> int:
             raise DynosimError(f"--html {args.html}: {exc.strerror or exc}") from None
         console.print(f"plots written to {args.html}")
     return 0
+
+
+def add_context_arguments(p: argparse.ArgumentParser) -> None:
+    """``--deployment`` and ``--concurrency``: what a tool's result file does not record."""
+    p.add_argument(
+        "--deployment",
+        type=Path,
+        metavar="D.yaml",
+        help="model, gpu, backend, tp, dtype of AIPerf / vLLM bench result files",
+    )
+    p.add_argument("--concurrency", type=int,
+                   help="client concurrency of an AIPerf CSV (its JSON records it)")  # fmt: skip
+
+
+def measurement_context(args: argparse.Namespace) -> dict[str, Any]:
+    """The context for tool result files from ``--deployment`` and ``--concurrency``."""
+    out: dict[str, Any] = {}
+    if getattr(args, "deployment", None) is not None:
+        from dynosim.files import load_deployment
+
+        d = load_deployment(args.deployment)
+        out |= {"model": d.model, "gpu": d.gpu, "backend": d.backend, "tp": d.tp,
+                "dtype": d.dtype}  # fmt: skip
+    if getattr(args, "concurrency", None) is not None:
+        if args.concurrency < 1:
+            raise DynosimError(f"--concurrency: got {args.concurrency}; allowed: an integer >= 1")
+        out["concurrency"] = args.concurrency
+    return out
+
+
+def markdown_table(summaries: list[dict[str, Any]]) -> str:
+    """The per-group figures as a Markdown table (replayed groups only)."""
+    lines = ["| model | GPU | backend | rows | TTFT MAPE % | TTFT bias % | TPOT MAPE % | "
+             "TPOT bias % |", "|---|---|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for s in summaries:
+        if not s["replayed"]:
+            continue
+        cells = [_pct(s[k]) for k in ("ttft_mape", "ttft_bias", "tpot_mape", "tpot_bias")]
+        lines.append(f"| {s['model']} | {s['system']} | {s['backend']} | {s['replayed']} | "
+                     + " | ".join(cells) + " |")  # fmt: skip
+    return "\n".join(lines) + "\n"
 
 
 def _group_filter(text: str) -> tuple[str, str, str]:

@@ -3,8 +3,8 @@
 ``dynosim`` never imports ``search``; inside ``dynosim`` the order is, from the bottom:
 basics (config, errors, types, files, timer, workload) -> perf (step times, memory, catalog) ->
 engine (worker, KV cache) -> router -> cluster (pools, links, planner) -> simulation (and the
-metrics and SLO monitor it uses) -> validation (replays of measurements). The package's
-``__init__`` re-exports the top and is exempt.
+metrics, SLO monitor and host processes it uses) -> validation (replays of measurements). The
+package's ``__init__`` re-exports the top and is exempt.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ LAYERS = (
     ("dynosim.engine",),
     ("dynosim.router",),
     ("dynosim.cluster",),
-    ("dynosim.metrics", "dynosim.slo_monitor", "dynosim.simulation"),
+    ("dynosim.metrics", "dynosim.slo_monitor", "dynosim.host", "dynosim.simulation"),
     ("dynosim.validation",),
 )  # fmt: skip
 

@@ -53,6 +53,7 @@ OLD_GPUS = {
     "b200_sxm": GpuSpec(
         name="b200_sxm", memory_bytes=180 << 30, bf16_flops=2250e12, fp8_flops=4500e12,
         hbm_bytes_per_s=7.7e12, nvlink_bytes_per_s=900e9, gpu_hour_usd=5.99,
+        fp4_flops=9000e12,  # systems/b200_sxm.yaml fp4_tc_flops (new with the nvfp4 dtype)
     ),
     "a100_sxm": GpuSpec(
         name="a100_sxm", memory_bytes=80 << 30, bf16_flops=312e12, fp8_flops=None,
@@ -141,10 +142,10 @@ def test_every_shipped_config_loads_or_is_refused_in_one_line(file_name: str) ->
 @pytest.mark.parametrize(
     ("model_id", "reason"),
     [
-        ("deepseek-ai/DeepSeek-V3", "multi-head latent attention"),
-        ("moonshotai/Kimi-K2-Instruct", "multi-head latent attention"),
+        ("deepseek-ai/DeepSeek-V4-Pro", "sliding-window attention"),
+        ("moonshotai/Kimi-K3", "multimodal wrapper"),
         ("Qwen/Qwen3-VL-32B-Instruct", "multimodal wrapper"),
-        ("openai/gpt-oss-20b", "layer_types"),
+        ("stepfun-ai/Step-3.7-Flash", "layer_types"),
         ("nvidia/Nemotron-H-56B-Base-8K", "hybrid Mamba"),
         ("MiniMaxAI/MiniMax-M3", "shared experts"),
         ("nvidia/Llama-3_3-Nemotron-Super-49B-v1", "architecture DeciLMForCausalLM"),
@@ -243,7 +244,8 @@ def test_user_config_json_path(tmp_path: Path) -> None:
 
 def test_user_config_json_refused_or_unreadable(tmp_path: Path) -> None:
     mla = tmp_path / "mla.json"
-    mla.write_text(json.dumps({"architectures": ["DeepseekV3ForCausalLM"], "kv_lora_rank": 512}))
+    # MLA is sized for DeepSeek-V3-style architectures only (another one with kv_lora_rank: no)
+    mla.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "kv_lora_rank": 512}))
     with pytest.raises(ConfigError, match="multi-head latent attention"):
         model_spec(str(mla))
     bad = tmp_path / "bad.json"

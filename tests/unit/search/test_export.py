@@ -79,6 +79,8 @@ def sglang_parser(*, dynamo: bool = False) -> Parser:
     p.add_argument("--max-prefill-tokens", type=int)
     p.add_argument("--chunked-prefill-size", type=int)
     p.add_argument("--enable-mixed-chunk", action="store_true")
+    p.add_argument("--schedule-policy", choices=["fcfs", "lpm", "random", "dfs-weight", "lof"])
+    p.add_argument("--schedule-conservativeness", type=float)
     p.add_argument("--page-size", type=int)
     p.add_argument("--disable-radix-cache", action="store_true")
     p.add_argument("--mem-fraction-static", type=float)
@@ -240,14 +242,18 @@ def test_vllm_block_size_without_equivalent_is_a_note() -> None:
 @pytest.mark.parametrize("caching", [True, False])
 @pytest.mark.parametrize("chunked", [True, False])
 def test_sglang_commands_parse(caching: bool, chunked: bool) -> None:
-    engine = {**ENGINE, "enable_prefix_caching": caching, "enable_chunked_prefill": chunked}
+    engine = {**ENGINE, "enable_prefix_caching": caching, "enable_chunked_prefill": chunked,
+              "enable_mixed_chunk": chunked, "max_prefill_tokens": 8192 if chunked else None,
+              "schedule_policy": "lpm"}  # fmt: skip
     ex = run(config(backend="sglang", tp=4, workers=2, dtype="fp8", engine=engine))
     for cmd in ex.engine.commands:
         a = parse(sglang_parser(), cmd, 3)
         assert (a.model_path, a.tp_size, a.max_running_requests) == (MODEL, 4, 128)
         assert a.chunked_prefill_size == (4096 if chunked else -1)
         assert a.enable_mixed_chunk is chunked
-        assert (a.page_size, a.mem_fraction_static, a.max_prefill_tokens) == (32, 0.85, 4096)
+        assert a.max_prefill_tokens == (8192 if chunked else None)  # None: SGLang's default
+        assert a.schedule_policy == "lpm"
+        assert (a.page_size, a.mem_fraction_static) == (32, 0.85)
         assert a.disable_radix_cache is not caching
         assert (a.kv_cache_dtype, a.quantization) == ("fp8_e4m3", "fp8")
     assert ex.router is not None

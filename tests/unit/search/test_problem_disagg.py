@@ -135,7 +135,7 @@ def test_unknown_deep_paths_are_one_line_errors(name: str, allowed: str) -> None
 
 
 def test_nested_names_follow_any_depth() -> None:
-    assert nested_names("prefill") == ("tp", "workers", "engine")
+    assert nested_names("prefill") == ("tp", "workers", "engine", "ep", "moe_tp", "attention_dp")
     assert nested_names("decode.engine")[:2] == ("max_num_seqs", "max_num_batched_tokens")
     assert nested_names("planner.prefill") == ("min_workers", "max_workers")
     assert "policy" in nested_names("planner")

@@ -74,18 +74,15 @@ def test_ramp_spreads_the_first_requests() -> None:
 
 def test_two_clients_on_a_linear_engine_give_the_hand_computed_schedule() -> None:
     # 2 clients, 4 requests of 100 prompt tokens and 3 output tokens, one idle worker, no
-    # warm-up. Both clients send at 0. The simulator's rule: an idle worker starts a step as soon
-    # as a request reaches it, so request 0 is prefilled alone (5000 + 0.15 * 100 + 20 * 1 =
-    # 5035 us) and request 1, which arrived at the same instant, joins the next step: its 100
-    # prompt tokens with request 0's first decode token (101 KV tokens): 5000 + 0.15 * 101 +
-    # 0.002 * 101 + 20 * 2 = 5055 us, so its TTFT is 5035 + 5055 = 10090 us. (A real engine
-    # would likely take both in its first step; see the note on issue 9.)
+    # warm-up. Both clients send at 0. An idle worker forms its first step once every request
+    # of that instant has reached it, so both prompts are prefilled in one step:
+    # 5000 + 0.15 * 200 + 20 * 2 = 5070 us, the TTFT of both.
     c = BenchmarkClient(name="vllm-bench", concurrency=2, isl=100, osl=3, requests=4)
     cfg = DeploymentConfig.from_dict({"model": "x", "gpu": "h200_sxm", "workers": 1})
     perf = DeploymentPerf(LinearStepTime(), 10_000, gpu_hour_usd=1.0)
     rec = Simulation(cfg, client_requests(c), perf=perf).run().records
     ttft = rec.first_token_us - rec.arrival_us
-    assert ttft[:2].tolist() == [5035, 10090]
+    assert ttft[:2].tolist() == [5070, 5070]
     assert rec.arrival_us[0] == rec.arrival_us[1] == 0
     # closed loop: request 2 is client 0's next, sent when request 0 completes; 3 after 1
     assert rec.arrival_us[2] == rec.finish_us[0]

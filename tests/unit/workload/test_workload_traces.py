@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -242,10 +241,7 @@ def test_real_trace_matches_readme(name: str) -> None:
     if not path.exists():
         pytest.skip(f"real trace {path} absent (../shared/data/traces not mounted)")
     count, span_min, mean_in, mean_out = REAL_TRACES[name]
-    start = time.perf_counter()
-    requests = load_trace(path)
-    elapsed = time.perf_counter() - start
-    assert elapsed < 1.0, f"loading {name} took {elapsed:.2f} s"
+    requests = load_trace(path)  # (its speed: benchmarks/sim_speed.py prints the load time)
     assert len(requests) == count
     _check_structure(requests)
     arrivals = np.array([r.arrival_s for r in requests])

@@ -1,0 +1,322 @@
+"""SGLang's scheduler (``sglang/srt/managers/scheduler.py``, ``schedule_policy.py``).
+
+Each iteration runs one batch. A *prefill batch* is tried first: the request being chunked
+(at most one) continues, then waiting requests are admitted in queue order (``lpm``: longest
+cached prefix first, FCFS beyond 128 waiting, as SGLang falls back) while
+
+* ``max_running_requests`` (``max_num_seqs``) is not reached,
+* the prompt tokens of the batch stay within ``max_prefill_tokens`` (the first request is
+  always taken) and the chunk budget ``chunked_prefill_size`` (``max_num_batched_tokens``; a
+  longer prompt is cut and becomes *the* chunked request, which ends the batch),
+* the KV pool can hold the request's uncached prompt plus ``min(max_new_tokens, 4096)``
+  output tokens *after* the reservation of the running requests,
+  ``new_token_ratio * sum(min(remaining output, 4096))`` (``PrefillAdder``).
+
+Without ``enable_mixed_chunk`` (the default) a prefill batch runs alone: decoding requests
+wait. Otherwise it carries one token for every decoding request too (and the chunk budget
+shrinks by their number). With no prefill batch, all decoding requests run one decode step;
+if its KV does not fit, requests are *retracted* (freed, queued at the tail, recomputed later)
+in SGLang's order, fewest output tokens first (ties: longest prompt), until the rest can run
+``retract_decode_steps`` (20) steps, and ``new_token_ratio`` jumps to
+``min(1, (tokens decoded + 20 x requests) / max_new_tokens of the requests)``.
+
+``new_token_ratio`` starts at ``0.7 x schedule_conservativeness``, falls by
+``(init - 0.14 x init) / 600`` per decode batch down to ``0.14 x init``, and returns to the
+start whenever the engine is idle (constants of ``sglang/srt/global_config.py``:
+``default_init_new_token_ratio``, ``default_min_new_token_ratio_factor``,
+``default_new_token_ratio_decay_steps``, ``retract_decode_steps``; the same in ai-dynamo's
+mocker ``scheduler/sglang.rs``). The ratio is computed from the number of decode steps since
+its last reset (``base - decay * m``, not by repeated subtraction), so stepping and
+fast-forward see the same bits.
+
+The radix cache is matched at the workload's hash-block granularity (as for every backend);
+``block_size`` is SGLang's ``page_size`` (1-512).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import simpy
+
+from dynosim.config import EngineConfig
+from dynosim.engine.kv_cache import PrefixKVCache
+from dynosim.engine.state import RunningRequest
+from dynosim.engine.worker import EngineWorker, FinishCallback
+from dynosim.perf.protocol import StepTimeModel
+from dynosim.types import HASH_BLOCK_TOKENS
+
+CLIP_MAX_NEW_TOKENS = 4096
+INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
+NEW_TOKEN_RATIO_DECAY_STEPS = 600
+RETRACT_DECODE_STEPS = 20
+LPM_FALLBACK_QUEUE = 128
+DEFAULT_MAX_PREFILL_TOKENS = 16384
+
+
+class SglangWorker(EngineWorker):
+    """An engine scheduled as SGLang schedules it (see the module docstring)."""
+
+    def __init__(
+        self,
+        index: int,
+        env: simpy.Environment,
+        *,
+        engine: EngineConfig,
+        kv: PrefixKVCache,
+        timing: StepTimeModel,
+        on_finish: FinishCallback,
+        fast_forward: bool = True,
+    ) -> None:
+        super().__init__(
+            index, env, engine=engine, kv=kv, timing=timing, on_finish=on_finish,
+            fast_forward=fast_forward,
+        )  # fmt: skip
+        self.mixed = bool(engine.enable_mixed_chunk)
+        self.max_prefill = engine.max_prefill_tokens or DEFAULT_MAX_PREFILL_TOKENS
+        # A cache-aware policy with the radix cache off is FCFS (SchedulePolicy).
+        self.lpm = engine.schedule_policy == "lpm" and engine.enable_prefix_caching
+        cons = engine.schedule_conservativeness
+        self.init_ratio = min(INIT_NEW_TOKEN_RATIO * (1.0 if cons is None else cons), 1.0)
+        self.min_ratio = min(self.init_ratio * MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
+        self.decay = (self.init_ratio - self.min_ratio) / NEW_TOKEN_RATIO_DECAY_STEPS
+        self._ratio_base = self.init_ratio
+        self._ratio_from = 0  # decode_steps when the ratio was last reset
+        self.retractions = 0
+
+    # ------------------------------------------------------------- new_token_ratio
+    @property
+    def new_token_ratio(self) -> float:
+        """SGLang's ``new_token_ratio`` now."""
+        m = self.decode_steps - self._ratio_from
+        return max(self._ratio_base - self.decay * (m if m > 0 else 0), self.min_ratio)
+
+    def on_idle(self) -> None:
+        """An idle SGLang scheduler resets ``new_token_ratio`` (``self_check_during_idle``)."""
+        self._ratio_base = self.init_ratio
+        self._ratio_from = self.decode_steps
+
+    def _reserved_tokens(self) -> int:
+        """Sum over decoding requests of ``min(remaining output, 4096)``."""
+        s, clip = self.S, CLIP_MAX_NEW_TOKENS
+        total = 0
+        for rr in self.running.values():
+            if rr.finish_step >= 0:
+                rem = rr.finish_step - s
+                total += rem if rem < clip else clip
+        return total
+
+    # ------------------------------------------------------------------- stepping
+    def _start_step(self, now: int) -> None:
+        kv, bs = self.kv, self.block_size
+        step_prefill: list[tuple[RunningRequest, int]] = []
+        shapes: list[tuple[int, int]] = []
+        if not self.mixed and self._prefill_possible():
+            self._prefill_batch(now, step_prefill, shapes)
+            if step_prefill:
+                self._launch(now, step_prefill, shapes, decodes=False, single=False)
+                return
+        # The decode batch (mixed: with the prefill batch riding on it).
+        demand = self._phase[-self.S % bs] if self.n_paged else 0
+        retracted = demand > kv.available
+        if retracted:
+            self._retract()
+            demand = self._phase[-self.S % bs] if self.n_paged else 0
+        if demand:
+            kv.allocate(demand)
+        if self.mixed and not retracted:
+            self._prefill_batch(now, step_prefill, shapes)
+        elif retracted and not self.n_decode:  # everything was retracted: prefill again
+            self._start_step(now)
+            return
+        self._launch(now, step_prefill, shapes, decodes=True, single=retracted)
+
+    def _prefill_possible(self) -> bool:
+        """Whether a prefill batch would hold anything now (without mixing decodes)."""
+        if self.prefilling:
+            return True  # the chunked request continues
+        if not self.waiting or len(self.running) >= self.max_seqs:
+            return False
+        return self._head_admissible(self._head(), self.kv.available, 0)
+
+    def _head(self) -> RunningRequest:
+        """The waiting request the policy takes next (and puts at the head of the queue)."""
+        waiting = self.waiting
+        if self.lpm and 1 < len(waiting) <= LPM_FALLBACK_QUEUE:
+            best = max(range(len(waiting)), key=lambda i: (self._prefix_hit(waiting[i]), -i))
+            if best:
+                rr = waiting[best]
+                del waiting[best]
+                waiting.appendleft(rr)
+        return waiting[0]
+
+    def _needs(self, rr: RunningRequest) -> tuple[int, int, int, int]:
+        """``(hit units, start, KV tokens to reserve, blocks of its first chunk or all)``."""
+        hit = self._prefix_hit(rr)
+        start = max(hit * HASH_BLOCK_TOKENS, rr.remote)
+        extend = rr.target - start
+        out = rr.max_tokens - rr.generated
+        tokens = extend + (out if out < CLIP_MAX_NEW_TOKENS else CLIP_MAX_NEW_TOKENS)
+        return hit, start, tokens, extend
+
+    def _head_admissible(self, rr: RunningRequest, available: int, spent: int) -> bool:
+        """Whether ``rr`` passes the memory checks.
+
+        ``available`` blocks are free or evictable; this batch has reserved ``spent`` tokens.
+        """
+        hit, start, tokens, extend = self._needs(rr)
+        chunk = extend if not self.chunked else min(extend, self._chunk_budget())
+        bs, unit = self.block_size, self.kv.unit_blocks
+        need = -(-(start + chunk) // bs) - hit * unit
+        pinned = self.kv.evictable_among(rr.hashes[:hit]) * unit if hit else 0
+        if need + rr.extra_blocks > available - pinned:
+            return False
+        if not self.running:
+            return True  # an idle engine takes the head if its blocks fit
+        return tokens <= available * bs - self.new_token_ratio * self._reserved_tokens() - spent
+
+    def _chunk_budget(self) -> int:
+        return self.budget - (self.n_decode if self.mixed else 0)
+
+    def _prefill_batch(
+        self,
+        now: int,
+        step_prefill: list[tuple[RunningRequest, int]],
+        shapes: list[tuple[int, int]],
+    ) -> None:
+        kv, bs, unit = self.kv, self.block_size, self.kv.unit_blocks
+        left_chunk = self._chunk_budget() if self.chunked else 1 << 62
+        left_input = self.max_prefill
+        if self.prefilling and left_chunk > 0:  # the chunked request continues first
+            rr = self.prefilling[0]
+            chunk = min(rr.target - rr.computed, left_chunk)
+            need = -(-(rr.computed + chunk) // bs) - rr.blocks
+            # (SGLang would run out of memory here; free decoding requests instead.)
+            while need > kv.available and self._retract_one(min_decoders=0, prefilling=False):
+                pass
+            if need > kv.available:
+                return
+            kv.allocate(need)
+            rr.blocks += need
+            step_prefill.append((rr, chunk))
+            shapes.append((chunk, rr.computed))
+            left_chunk -= chunk
+            left_input -= chunk
+            if rr.computed + chunk < rr.target:
+                return  # still chunked: it takes the whole budget
+        spent = 0
+        ratio_reserved = -1.0
+        waiting = self.waiting
+        while waiting and left_chunk > 0 and left_input > 0 and len(self.running) < self.max_seqs:
+            rr = self._head()
+            hit, start, tokens, extend = self._needs(rr)
+            if step_prefill and extend > left_input:
+                break
+            chunk = min(extend, left_chunk)
+            need = -(-(start + chunk) // bs) - hit * unit
+            pinned = kv.evictable_among(rr.hashes[:hit]) * unit if hit else 0
+            if need + rr.extra_blocks > kv.available - pinned:
+                break
+            if self.running:
+                if ratio_reserved < 0:
+                    ratio_reserved = self.new_token_ratio * self._reserved_tokens()
+                if tokens > kv.available * bs - ratio_reserved - spent:
+                    break
+            waiting.popleft()
+            self._take(rr, hit, start, need, now)
+            step_prefill.append((rr, chunk))
+            shapes.append((chunk, start))
+            spent += tokens
+            left_chunk -= chunk
+            left_input -= chunk
+            if chunk < extend:
+                break  # the new chunked request ends the batch
+
+    # ---------------------------------------------------------------- retraction
+    def _retract(self) -> None:
+        """Retract decoding requests until the rest can run ``RETRACT_DECODE_STEPS`` steps.
+
+        As SGLang, at least one is retracted and the last is kept; if the next step still does
+        not fit (blocks held by a prefilling request), that one goes too.
+        """
+        kv, bs = self.kv, self.block_size
+        per_request = -(-RETRACT_DECODE_STEPS // bs)
+        first = True
+        while first or kv.available < self.n_paged * per_request:
+            first = False
+            if not self._retract_one(min_decoders=1, prefilling=False):
+                break
+        for keep in (1, 0):
+            while self._phase[-self.S % bs] > kv.available:
+                if not self._retract_one(min_decoders=keep, prefilling=True):
+                    break
+        decoding = [rr for rr in self.running.values() if rr.finish_step >= 0]
+        if decoding:
+            done = sum(rr.g0 + self.S - rr.s0 for rr in decoding)
+            total = sum(rr.max_tokens for rr in decoding)
+            self._ratio_base = min(1.0, (done + RETRACT_DECODE_STEPS * len(decoding)) / total)
+            self._ratio_from = self.decode_steps + 1  # the retracting step does not decay it
+
+    def _retract_one(self, *, min_decoders: int, prefilling: bool) -> bool:
+        """Retract one request; False if there is none to retract.
+
+        A decoding request (SGLang's order) if more than ``min_decoders`` decode, else the newest
+        prefilling one if ``prefilling``.
+        """
+        s = self.S
+        victims = [rr for rr in self.running.values() if rr.finish_step >= 0]
+        if len(victims) > min_decoders:
+            rr = min(victims, key=lambda r: (r.g0 + s - r.s0, -r.req.input_tokens, -r.seq))
+        elif prefilling and self.prefilling:
+            rr = self.prefilling[-1]
+        else:
+            return False
+        self._preempt(rr, front=False)
+        self.retractions += 1
+        return True
+
+    # -------------------------------------------------------------- fast-forward
+    def _admissible_after(self, k: int) -> int:
+        """Steps of this decode segment before the waiting head becomes admissible.
+
+        Decoding lowers the output reservation of the running requests and, step by step,
+        ``new_token_ratio``, while it takes KV blocks: a waiting request refused now can be
+        admitted a few steps later. Evaluated for every boundary of the segment with the same
+        arithmetic as :meth:`_head_admissible` (integers, then one multiply and subtraction in
+        float64), so the cut falls where stepping would admit it.
+        """
+        if len(self.running) >= self.max_seqs:
+            return k
+        rr = self._head()
+        hit, start, tokens, extend = self._needs(rr)
+        bs, unit = self.block_size, self.kv.unit_blocks
+        chunk = extend if not self.chunked else min(extend, self._chunk_budget())
+        need = -(-(start + chunk) // bs) - hit * unit
+        pinned = self.kv.evictable_among(rr.hashes[:hit]) * unit if hit else 0
+        j = np.arange(1, k, dtype=np.int64)  # boundaries inside the segment
+        # Blocks taken by steps 2..j (step 1's are taken); mixed: also step j+1's.
+        phase = np.asarray(self._phase, dtype=np.int64)
+        steps = np.arange(1, k + (1 if self.mixed else 0), dtype=np.int64)
+        per_step = phase[(-(self.S + steps)) % bs]
+        taken = np.cumsum(per_step)
+        before = taken[: k - 1] if self.mixed else np.concatenate(([0], taken[: k - 2]))
+        avail = self.kv.available - before
+        ok = need + rr.extra_blocks <= avail - pinned
+        if not ok.any():
+            return k
+        s, clip = self.S, CLIP_MAX_NEW_TOKENS
+        rems = np.sort(
+            np.array([r.finish_step - s for r in self.running.values() if r.finish_step >= 0],
+                     dtype=np.int64)
+        )  # fmt: skip
+        excess = rems - clip
+        start_i = np.searchsorted(excess, j, side="right")
+        suffix = np.concatenate((np.cumsum(excess[::-1])[::-1], [0]))
+        over = suffix[start_i] - (len(excess) - start_i) * j
+        reserved = (rems.sum() - len(rems) * j) - over
+        m = self.decode_steps + j - self._ratio_from
+        m = np.where(m > 0, m, 0)
+        ratio = np.maximum(self._ratio_base - self.decay * m, self.min_ratio)
+        ok &= tokens <= avail * bs - ratio * reserved
+        hits = np.flatnonzero(ok)
+        return int(j[hits[0]]) if hits.size else k

@@ -1,0 +1,107 @@
+"""vLLM v1's scheduler, and TRT-LLM's, which differs in admission only.
+
+vLLM: ``vllm/v1/core/sched/scheduler.py``.
+A step is formed at a step boundary: decoding requests get one token each, partly prefilled
+requests continue in admission order, then waiting requests are admitted first-come-first-
+served while ``max_num_seqs``, the ``max_num_batched_tokens`` budget and free KV blocks allow
+(chunked prefill splits a prompt over several steps, mixed into the decode step). When a step
+needs more KV blocks than are free or evictable, the most recently admitted request is
+preempted (its blocks freed, recomputed later) and no new request is admitted that step.
+"""
+
+from __future__ import annotations
+
+from dynosim.engine.state import RunningRequest
+from dynosim.engine.worker import EngineWorker
+from dynosim.types import HASH_BLOCK_TOKENS
+
+
+class VllmWorker(EngineWorker):
+    """An engine scheduled as vLLM v1 schedules it."""
+
+    reserve_output = False
+    """Reserve the KV blocks of a request's whole output at admission (TRT-LLM)."""
+
+    def _start_step(self, now: int) -> None:
+        """Form the next step at boundary ``now`` and schedule its end (or go idle)."""
+        kv, bs = self.kv, self.block_size
+        preempted = False
+        while True:
+            demand = self._phase[-self.S % bs] if self.n_paged else 0
+            left = self.budget - self.n_decode
+            plan: list[tuple[RunningRequest, int, int]] = []
+            for rr in self.prefilling:
+                if left <= 0:
+                    break
+                chunk = min(rr.target - rr.computed, left)
+                need = 0 if rr.reserved else -(-(rr.computed + chunk) // bs) - rr.blocks
+                plan.append((rr, chunk, need))
+                demand += need
+                left -= chunk
+            if demand <= kv.free + kv.evictable_blocks:
+                break
+            self._preempt(self.running[next(reversed(self.running))])
+            preempted = True
+        if demand:
+            kv.allocate(demand)
+        step_prefill: list[tuple[RunningRequest, int]] = []
+        shapes: list[tuple[int, int]] = []
+        for rr, chunk, need in plan:
+            rr.blocks += need
+            step_prefill.append((rr, chunk))
+            shapes.append((chunk, rr.computed))
+        if self.waiting and not preempted:
+            self._admit(left, step_prefill, shapes, now)
+        self._launch(now, step_prefill, shapes, decodes=True, single=preempted)
+
+    def _admit(
+        self,
+        left: int,
+        step_prefill: list[tuple[RunningRequest, int]],
+        shapes: list[tuple[int, int]],
+        now: int,
+    ) -> int:
+        kv, bs, unit = self.kv, self.block_size, self.kv.unit_blocks
+        waiting = self.waiting
+        reserve = self.reserve_output
+        while waiting and left > 0 and len(self.running) < self.max_seqs:
+            rr = waiting[0]
+            hit = self._prefix_hit(rr)
+            start = max(hit * HASH_BLOCK_TOKENS, rr.remote)  # transferred KV: no compute either
+            remaining = rr.target - start
+            chunk = min(remaining, left)
+            if chunk < remaining and not self.chunked and not rr.preemptions:
+                break  # a recompute after preemption may span steps, or it would never fit
+            # Blocks now: the computed part, or (reserving) the whole sequence at its end.
+            upto = rr.target + rr.max_tokens - rr.generated - 1 if reserve else start + chunk
+            need = -(-upto // bs) - hit * unit
+            hit_units = rr.hashes[:hit]
+            pinned = kv.evictable_among(hit_units) * unit if hit else 0
+            if need + rr.extra_blocks > kv.available - pinned:
+                break
+            waiting.popleft()
+            self._take(rr, hit, start, need, now)
+            rr.reserved = reserve
+            step_prefill.append((rr, chunk))
+            shapes.append((chunk, start))
+            left -= chunk
+        return left
+
+
+class TrtllmWorker(VllmWorker):
+    """TRT-LLM's in-flight batching (``tensorrt_llm/_torch/pyexecutor/scheduler.py``).
+
+    Generation requests first, then context chunks within ``max_num_tokens``
+    (``max_num_batched_tokens``) and ``max_batch_size`` (``max_num_seqs``), as vLLM does. The
+    capacity scheduler decides admission: ``GUARANTEED_NO_EVICT`` (the default) admits a
+    request only if the KV blocks of its whole sequence, prompt and every output token, can be
+    reserved now, so a running request never runs short and nothing is ever evicted;
+    ``MAX_UTILIZATION`` packs requests as vLLM does and pauses the newest on a shortage (its KV
+    is freed and recomputed later).
+    """
+
+    reserve_output = True
+
+
+class TrtllmMaxUtilizationWorker(VllmWorker):
+    """TRT-LLM with ``capacity_scheduler_policy: MAX_UTILIZATION`` (see :class:`TrtllmWorker`)."""

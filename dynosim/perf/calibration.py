@@ -1,0 +1,265 @@
+"""Calibration profiles: what ``dynosim calibrate`` fits and a deployment applies.
+
+A profile is a YAML file (``calibration: PROFILE.yaml`` in a deployment; absent: the shipped
+``dynosim/perf/profiles/default.yaml``). Per backend it holds:
+
+* ``step``: the framework overhead of one engine step, ``base_us + per_request_us * requests +
+  per_token_us * tokens`` (host time AIConfigurator's kernel database lacks), and per-phase
+  kernel correction factors ``decode`` (multiplies the kernel time of a step's decode requests)
+  and ``prefill`` (what its prefill chunks add to it);
+* ``host``: per-request host cost in front of the engine, ``request_us`` (HTTP, request setup,
+  the tokenizer call, first-token streaming) and ``input_token_us`` (tokenisation per prompt
+  token): the deployment's ``host:`` section takes these unless it sets its own;
+* ``sigma``: the residual spread, the standard deviation of ``log(simulated / measured)`` per
+  metric (``ttft``, ``tpot``) on the rows the profile was checked on, for error bands.
+
+``fitted_on`` records the measurements, groups and row count a profile was fitted on.
+
+Error-band arithmetic (log-normal error): a simulated value ``v`` with spread ``sigma`` has the
+band ``v * exp(-z sigma) .. v * exp(z sigma)`` (``z = 1``: +-1 sigma); an SLO threshold ``T``
+held with margin quantile ``q`` becomes ``T / exp(z_q sigma)`` (``z_q`` the standard normal
+quantile), so a configuration that meets the tightened threshold in simulation still meets
+``T`` when the simulator under-predicts by its ``q``-quantile error.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any
+
+import yaml
+
+from dynosim.errors import ConfigError, DynosimError
+from dynosim.files import parse_yaml, read_text, yaml_syntax_error
+
+DEFAULT_PROFILE = Path(__file__).parent / "profiles" / "default.yaml"
+PROFILE_VERSION = 1
+BACKENDS = ("vllm", "sglang", "trtllm")
+METRICS = ("ttft", "tpot")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepCalibration:
+    """Framework overhead and kernel correction of one engine step (times in microseconds)."""
+
+    base_us: float = 0.0
+    per_request_us: float = 0.0
+    per_token_us: float = 0.0
+    prefill: float = 1.0
+    decode: float = 1.0
+
+    @property
+    def kernel_exact(self) -> bool:
+        """No per-token term and both kernel factors 1 (the plain overhead model applies)."""
+        return self.per_token_us == 0.0 and self.prefill == 1.0 and self.decode == 1.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostCalibration:
+    """Per-request host cost in front of the engine (microseconds)."""
+
+    request_us: float = 0.0
+    input_token_us: float = 0.0
+
+    def delay_us(self, input_tokens: int) -> float:
+        """The host time of one request of ``input_tokens`` prompt tokens."""
+        return self.request_us + self.input_token_us * input_tokens
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BackendCalibration:
+    """One backend's calibration: step overhead, host cost, residual spread."""
+
+    step: StepCalibration = field(default_factory=StepCalibration)
+    host: HostCalibration = field(default_factory=HostCalibration)
+    sigma: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CalibrationProfile:
+    """Per-backend calibrations and what they were fitted on."""
+
+    backends: Mapping[str, BackendCalibration]
+    fitted_on: Mapping[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+    def backend(self, name: str) -> BackendCalibration:
+        """The calibration of backend ``name`` (all-default when the profile lacks it)."""
+        return self.backends.get(name, BackendCalibration())
+
+    def sigma(self, backend: str, metric: str) -> float:
+        """Residual spread of ``metric`` (``ttft``, ``tpot``/``itl``) for ``backend`` (0: none)."""
+        key = "tpot" if metric in ("tpot", "itl") else metric
+        return float(self.backend(backend).sigma.get(key, 0.0))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The profile as written to YAML."""
+        return {
+            "version": PROFILE_VERSION,
+            "fitted_on": dict(self.fitted_on),
+            "backends": {
+                name: {"step": asdict(b.step), "host": asdict(b.host), "sigma": dict(b.sigma)}
+                for name, b in sorted(self.backends.items())
+            },
+        }
+
+    def write(self, path: str | Path, header: str = "") -> None:
+        """Write the profile as YAML (``header``: comment lines on top)."""
+        text = yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=False)
+        lines = "".join(f"# {line}\n" for line in header.splitlines())
+        Path(path).write_text(lines + text)
+
+
+def _number(where: str, name: str, value: object, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError("calibration", where, f"{name} a number (got {value!r})")
+    x = float(value)
+    if not (low <= x <= high) or math.isnan(x):
+        raise ConfigError("calibration", where, f"{name} in [{low:g}, {high:g}] (got {x:g})")
+    return x
+
+
+def _section(where: str, name: str, data: object, keys: tuple[str, ...]) -> dict[str, Any]:
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ConfigError("calibration", where, f"{name} a mapping (got {type(data).__name__})")
+    unknown = sorted(set(map(str, data)) - set(keys))
+    if unknown:
+        raise ConfigError(
+            "calibration", where, f"{name} fields {', '.join(keys)} (unknown: {unknown[0]})"
+        )
+    return dict(data)
+
+
+def profile_from_dict(data: object, where: str) -> CalibrationProfile:
+    """Build a profile from parsed YAML; ``where`` (the file) names it in errors.
+
+    Raises:
+        ConfigError: ``calibration: got 'FILE'; allowed: ...`` naming the bad field.
+    """
+    top = _section(where, "a profile with", data, ("version", "fitted_on", "backends"))
+    version = top.get("version", PROFILE_VERSION)
+    if version != PROFILE_VERSION:
+        raise ConfigError("calibration", where, f"version {PROFILE_VERSION} (got {version!r})")
+    backends_raw = _section(where, "backends with", top.get("backends"), BACKENDS)
+    backends = {}
+    for name, raw in backends_raw.items():
+        b = _section(where, f"backends.{name} with", raw, ("step", "host", "sigma"))
+        step_keys = ("base_us", "per_request_us", "per_token_us", "prefill", "decode")
+        s = _section(where, f"backends.{name}.step with", b.get("step"), step_keys)
+        h = _section(where, f"backends.{name}.host with", b.get("host"),
+                     ("request_us", "input_token_us"))  # fmt: skip
+        g = _section(where, f"backends.{name}.sigma with", b.get("sigma"), METRICS)
+        step = StepCalibration(**{
+            k: _number(where, f"backends.{name}.step.{k}", v, 0.0 if k.endswith("_us") else 0.01,
+                       1e7 if k.endswith("_us") else 100.0)
+            for k, v in s.items()
+        })  # fmt: skip
+        host = HostCalibration(
+            **{k: _number(where, f"backends.{name}.host.{k}", v, 0.0, 1e7) for k, v in h.items()}
+        )
+        sigma = {k: _number(where, f"backends.{name}.sigma.{k}", v, 0.0, 10.0)
+                 for k, v in g.items()}  # fmt: skip
+        backends[name] = BackendCalibration(step=step, host=host, sigma=sigma)
+    fitted = top.get("fitted_on") or {}
+    if not isinstance(fitted, Mapping):
+        raise ConfigError("calibration", where, "fitted_on a mapping")
+    return CalibrationProfile(backends=backends, fitted_on=dict(fitted), source=where)
+
+
+def _profile_error(path: Path, reason: str) -> DynosimError:
+    return ConfigError("calibration", str(path), f"a readable profile YAML file ({reason})")
+
+
+@functools.lru_cache(maxsize=32)
+def _load(path: str, mtime_ns: int) -> CalibrationProfile:
+    del mtime_ns  # part of the cache key only: an edited file is read again
+    p = Path(path)
+    text = read_text(p, _profile_error)
+    try:
+        data = parse_yaml(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError("calibration", path, yaml_syntax_error(p, exc)) from None
+    return profile_from_dict(data, path)
+
+
+def load_profile(path: str | Path | None = None) -> CalibrationProfile:
+    """Read a profile file (None: the shipped default); cached until the file changes.
+
+    Raises:
+        ConfigError: missing or unreadable file, bad YAML, an unknown or out-of-range field;
+            one line ``calibration: got 'FILE'; allowed: ...``.
+    """
+    p = Path(path) if path is not None else DEFAULT_PROFILE
+    try:
+        mtime = p.stat().st_mtime_ns
+    except OSError as exc:
+        raise _profile_error(p, str(exc.strerror or exc)) from None
+    return _load(str(p), mtime)
+
+
+def z_score(quantile: float) -> float:
+    """The standard normal quantile of ``quantile`` in (0, 1) (p90: 1.2816)."""
+    if not 0.0 < quantile < 1.0:
+        raise ConfigError("quantile", quantile, "a number in (0, 1)")
+    return NormalDist().inv_cdf(quantile)
+
+
+def band(value: float, sigma: float, z: float = 1.0) -> tuple[float, float]:
+    """``value``'s error band ``(value * exp(-z sigma), value * exp(z sigma))``."""
+    return (value * math.exp(-z * sigma), value * math.exp(z * sigma))
+
+
+def tightened(threshold: float, sigma: float, quantile: float) -> float:
+    """An upper-bound SLO threshold held with margin: ``threshold / exp(z_q sigma)``.
+
+    A simulated value below it stays below ``threshold`` unless the simulator under-predicts
+    by more than its ``quantile`` error (log-normal error of spread ``sigma``).
+    """
+    return threshold / math.exp(max(z_score(quantile), 0.0) * sigma)
+
+
+def metric_error_kind(metric: str) -> str | None:
+    """Which residual spread applies to a metric name (``ttft``, ``tpot`` or None: none)."""
+    head = metric.partition(".")[0]
+    if head in ("time_to_first_token", "ttft"):
+        return "ttft"
+    if head in ("inter_token_latency", "output_token_throughput_per_user", "tpot", "itl"):
+        return "tpot"
+    return None
+
+
+def parse_quantile(raw: object, where: str) -> float:
+    """``p90`` / ``90`` / ``0.9`` -> 0.9 (a quantile in [0.5, 1)).
+
+    Raises:
+        ConfigError: anything else.
+    """
+    text = str(raw).strip().lower()
+    try:
+        q = float(text[1:]) / 100 if text.startswith("p") else float(text)
+    except ValueError:
+        raise ConfigError(where, raw, "a quantile such as p90 (or 0.9)") from None
+    if q >= 1.0 and not text.startswith("p"):
+        q /= 100
+    if isinstance(raw, bool) or not 0.5 <= q < 1.0:
+        raise ConfigError(where, raw, "a quantile in [p50, p100), such as p90")
+    return q
+
+
+def with_margin(metric: str, op: str, value: float, sigma: float, quantile: float) -> float:
+    """An SLO threshold on ``metric`` held with the ``quantile`` error margin.
+
+    ``<=`` on a latency: ``value / exp(z_q sigma)``; ``>=`` on a rate (1/ITL):
+    ``value * exp(z_q sigma)``; other constraints unchanged.
+    """
+    if sigma <= 0 or metric_error_kind(metric) is None:
+        return value
+    factor = math.exp(max(z_score(quantile), 0.0) * sigma)
+    return value / factor if op == "<=" else value * factor

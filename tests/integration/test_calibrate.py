@@ -1,0 +1,113 @@
+"""``dynosim calibrate``: the fit recovers overheads the simulator itself was run with."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dynosim.perf.calibration import HostCalibration, StepCalibration, load_profile
+from dynosim.validation.calibrate import FitOptions, calibrate, design, predict
+from dynosim.validation.measurements import Measurement
+from dynosim.validation.validate import replay
+from search.cli import main
+
+TRUE_STEP = StepCalibration(base_us=400.0, per_request_us=12.0, per_token_us=0.5, prefill=1.3,
+                            decode=0.9)  # fmt: skip
+TRUE_HOST = HostCalibration(request_us=20_000.0, input_token_us=8.0)
+SHAPES = [  # (tp, isl, osl, concurrency): prefill-heavy and decode-heavy, alone and batched
+    (1, 512, 64, 1), (1, 2048, 64, 4), (1, 1024, 128, 16), (2, 4096, 32, 8),
+    (2, 256, 128, 32), (1, 3000, 16, 2), (2, 1500, 96, 12),
+]  # fmt: skip
+
+
+def _row(i: int, tp: int, isl: int, osl: int, c: int) -> Measurement:
+    return Measurement(where=f"synthetic:{i}", model="meta-llama/Llama-3.1-8B-Instruct",
+                       gpu="h100_sxm", backend="trtllm", tp=tp, isl=isl, osl=osl, concurrency=c,
+                       ttft_ms=1.0, tpot_ms=1.0)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def synthetic() -> list[Measurement]:
+    """Rows 'measured' by the simulator with TRUE_STEP and TRUE_HOST (2 requests per client)."""
+    out = []
+    for i, shape in enumerate(SHAPES):
+        m = _row(i, *shape)
+        r = replay(m, rounds=2, step=TRUE_STEP, host=TRUE_HOST)
+        assert r.refused is None
+        out.append(dataclasses.replace(m, ttft_ms=r.ttft_ms, tpot_ms=r.tpot_ms))
+    return out
+
+
+def test_the_design_matrix_is_the_simulator_to_the_microsecond(
+    synthetic: list[Measurement],
+) -> None:
+    d = design(synthetic, rounds=2)
+    theta = [
+        TRUE_STEP.base_us,
+        TRUE_STEP.per_request_us,
+        TRUE_STEP.per_token_us,
+        TRUE_STEP.prefill,
+        TRUE_STEP.decode,
+        TRUE_HOST.request_us,
+        TRUE_HOST.input_token_us,
+    ]
+    ttft, tpot = predict(d, np.array(theta))
+    for m, t, p in zip(synthetic, ttft, tpot, strict=True):
+        assert t == pytest.approx(m.ttft_ms, rel=2e-4)
+        assert p == pytest.approx(m.tpot_ms, rel=2e-4)
+
+
+def test_calibrate_recovers_known_overheads_within_2_percent(
+    synthetic: list[Measurement],
+) -> None:
+    profile, fits = calibrate(synthetic, start=load_profile(), rounds=2,
+                              opts=FitOptions(factor_prior=0.0))  # fmt: skip
+    got = profile.backend("trtllm")
+    for name in ("base_us", "per_request_us", "per_token_us", "prefill", "decode"):
+        assert getattr(got.step, name) == pytest.approx(getattr(TRUE_STEP, name), rel=0.02), name
+    for name in ("request_us", "input_token_us"):
+        assert getattr(got.host, name) == pytest.approx(getattr(TRUE_HOST, name), rel=0.02), name
+    assert got.sigma["tpot"] < 0.05  # held-out spread: each TP predicted from the other
+    assert profile.fitted_on["rows"] == len(SHAPES)
+    assert profile.fitted_on["groups"] == ["meta-llama/Llama-3.1-8B-Instruct/h100_sxm/trtllm"]
+    # backends without rows keep the starting profile's values
+    assert profile.backend("vllm") == load_profile().backend("vllm")
+    # re-simulating with the fitted profile reproduces the 'measurements'
+    for m in synthetic[:3]:
+        r = replay(m, rounds=2, profile=profile)
+        assert r.ttft_ms == pytest.approx(m.ttft_ms, rel=0.01)
+        assert r.tpot_ms == pytest.approx(m.tpot_ms, rel=0.01)
+    assert len(fits) == 1
+
+
+def test_cli_writes_a_profile_a_deployment_can_use(tmp_path: Path) -> None:
+    csv = tmp_path / "m.csv"
+    lines = ["model,gpu,backend,tp,isl,osl,concurrency,ttft_ms,tpot_ms"]
+    for i, shape in enumerate(SHAPES[:4]):
+        m = _row(i, *shape)
+        r = replay(m, rounds=2, step=TRUE_STEP, host=TRUE_HOST)
+        lines.append(f"{m.model},{m.gpu},{m.backend},{m.tp},{m.isl},{m.osl},{m.concurrency},"
+                     f"{r.ttft_ms},{r.tpot_ms}")  # fmt: skip
+    csv.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "profile.yaml"
+    assert main(["calibrate", str(csv), "--out", str(out), "--rounds", "2", "--no-factors",
+                 "--no-verify"]) == 0  # fmt: skip
+    text = out.read_text()
+    assert text.startswith("# dynosim calibration profile, written by:")
+    assert "dynosim calibrate" in text
+    p = load_profile(out)
+    assert p.backend("trtllm").step.prefill == 1.0  # --no-factors
+    assert p.fitted_on["measurements"] == "m.csv"
+
+
+def test_the_host_cost_in_the_simulated_host_equals_the_added_one_for_one_client() -> None:
+    m = _row(0, 1, 2048, 32, 1)  # one client: nothing to reorder, the delay only adds
+    added = replay(m, rounds=2, step=TRUE_STEP, host=TRUE_HOST)
+    in_sim = replay(m, rounds=2, step=TRUE_STEP, host=TRUE_HOST, host_in_sim=True)
+    alone = replay(m, rounds=2, step=TRUE_STEP, host=HostCalibration())
+    assert added.ttft_ms == pytest.approx(alone.ttft_ms + TRUE_HOST.delay_us(2048) / 1e3)
+    assert in_sim.ttft_ms == pytest.approx(added.ttft_ms, abs=0.01)
+    assert in_sim.tpot_ms == pytest.approx(added.tpot_ms, rel=1e-6)
