@@ -432,6 +432,40 @@ def cases() -> list[Case]:
             "mode: disagg\nprefill: {}\ndecode: {engine: {gpu_memory_utilization: 0.05}}",
         ),
         _dep("pools with mode agg", "tp: 1", "tp: 1\nprefill: {tp: 1}"),
+        _dep(
+            "sglang field on vllm",
+            "engine: {",
+            "backend: vllm\nengine: {enable_mixed_chunk: true, ",
+        ),
+        _dep(
+            "trtllm field on sglang",
+            "engine: {",
+            "backend: sglang\nengine: {capacity_scheduler_policy: MAX_UTILIZATION, ",
+        ),
+        _dep(
+            "schedule_policy lifo", "engine: {", "backend: sglang\nengine: {schedule_policy: lifo, "
+        ),
+        _dep("page size 1 on vllm", "engine: {", "backend: vllm\nengine: {block_size: 1, "),
+        _dep(
+            "schedule_conservativeness .nan",
+            "engine: {",
+            "backend: sglang\nengine: {schedule_conservativeness: .nan, ",
+        ),
+        _dep(
+            "speculative eagle without acceptance", "tp: 1", "tp: 1\nspeculative: {method: eagle}"
+        ),
+        _dep("speculative acceptance 1.5", "tp: 1", "tp: 1\nspeculative: {acceptance: 1.5}"),
+        _dep(
+            "speculative acceptance list too short",
+            "tp: 1",
+            "tp: 1\nspeculative: {num_speculative_tokens: 3, acceptance: [0.9]}",
+        ),
+        _dep(
+            "speculative draft without model",
+            "tp: 1",
+            "tp: 1\nspeculative: {method: draft, acceptance: 0.6}",
+        ),
+        _dep("speculative tokens 99", "tp: 1", "tp: 1\nspeculative: {num_speculative_tokens: 99}"),
         _dep("kv_transfer gbps -5", "tp: 1", "tp: 1\nkv_transfer: {gbps: -5}"),
         _dep("kv_transfer latency .nan", "tp: 1", "tp: 1\nkv_transfer: {latency_us: .nan}"),
         _dep("kv_transfer link ethernet", "tp: 1", "tp: 1\nkv_transfer: {link: ethernet}"),

@@ -67,7 +67,10 @@ def _reason(text: str) -> str:
     """A refusal reason with its numbers blanked, so that like reasons count together."""
     text = re.sub(r"MoeKey \{.*?\}", "MoeKey {...}", text)
     text = re.sub(r"(Context|Generation|Dsa)Key \{.*?\}", r"\1Key {...}", text)
-    return re.sub(r"\d+(\.\d+)?", "N", text)[:160]
+    text = re.sub(r"AIConfigurator cannot model .*?, (bf16|fp8|fp8_block|nvfp4|mxfp4|int4_wo): ",
+                  "AIConfigurator cannot model the shape: ", text)  # fmt: skip
+    text = re.sub(r" at /\S+", "", text)
+    return re.sub(r"\d+(\.\d+)?", "N", text)[:200]
 
 
 def _sample(rows: list[SiliconRow], n: int) -> list[SiliconRow]:
@@ -169,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sample", type=int, default=0, help="rows per group (0: all)")
     parser.add_argument("--match", default="", help="only groups whose name contains this")
-    parser.add_argument("--rounds", type=int, default=2, help="requests per client")
+    parser.add_argument("--rounds", type=int, default=4, help="requests per client")
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
     data = report(run(args.sample, args.match, args.rounds))

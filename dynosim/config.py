@@ -16,7 +16,7 @@ from dynosim.errors import ConfigError
 Backend = Literal["vllm", "sglang", "trtllm"]
 Timing = Literal["aic", "roofline"]
 RouterName = Literal["round_robin", "random", "least_loaded", "kv_aware", "kv_load"]
-DType = Literal["bf16", "fp8", "fp8_block", "nvfp4", "mxfp4"]
+DType = Literal["bf16", "fp8", "fp8_block", "nvfp4", "mxfp4", "int4_wo"]
 KVDType = Literal["bf16", "fp8"]
 Mode = Literal["agg", "disagg"]
 Link = Literal["auto", "nvlink", "rdma"]
@@ -660,11 +660,11 @@ class DeploymentConfig:
         """The KV cache's element type.
 
         ``kv_cache_dtype`` if set; else fp8 for fp8, fp8_block and nvfp4 weights (as before:
-        an fp8 deployment stores its KV cache in fp8), else (bf16, mxfp4) bf16.
+        an fp8 deployment stores its KV cache in fp8), else (bf16, mxfp4, int4_wo) bf16.
         """
         if self.kv_cache_dtype is not None:
             return self.kv_cache_dtype
-        return "bf16" if self.dtype in ("bf16", "mxfp4") else "fp8"
+        return "bf16" if self.dtype in ("bf16", "mxfp4", "int4_wo") else "fp8"
 
     @property
     def moe_tp_size(self) -> int:

@@ -50,10 +50,11 @@ import numpy.typing as npt
 from dynosim.config import DeploymentConfig
 from dynosim.errors import ConfigError
 from dynosim.perf.catalog import gpu_spec, model_spec
+from dynosim.perf.model_config import max_context
 from dynosim.perf.overhead import FrameworkOverhead, framework_overhead
 
 F64 = npt.NDArray[np.float64]
-TABLE_FORMAT = 2  # 2: parallelism and quantisation in the key; every attention op summed
+TABLE_FORMAT = 3  # 2: parallelism, quantisation, every attention op; 3: context cap
 _PER_OCTAVE = 4
 _MAX_TOKENS = 1 << 20  # grid end for step tokens, chunk and context lengths
 _MAX_REQUESTS = 1 << 16  # grid end for requests per step
@@ -88,13 +89,15 @@ def cache_dir() -> Path:
 
 # dtype -> (AIConfigurator GEMM quant mode, MoE quant mode). None leaves the MoE mode to
 # AIConfigurator, which infers it from the checkpoint's quantization_config (as dynosim always
-# did for bf16 and fp8). mxfp4 is gpt-oss's native format: BF16 GEMMs, MXFP4 experts.
+# did for bf16 and fp8). mxfp4 is gpt-oss's native format: BF16 GEMMs, MXFP4 experts; int4_wo
+# is Kimi-K2.5's: BF16 GEMMs, INT4 weight-only experts.
 QUANT_MODES: dict[str, tuple[str, str | None]] = {
     "bf16": ("bfloat16", None),
     "fp8": ("fp8", None),
     "fp8_block": ("fp8_block", "fp8_block"),
     "nvfp4": ("nvfp4", "nvfp4"),
     "mxfp4": ("bfloat16", "w4a16_mxfp4"),
+    "int4_wo": ("bfloat16", "int4_wo"),
 }
 _KV_QUANT = {"bf16": "bfloat16", "fp8": "fp8"}
 # Ops whose time depends on the context length (the rest depend on the step's tokens only).
@@ -340,9 +343,20 @@ def build_tables(key: AicKey) -> dict[str, F64]:
         ]
         dec_n = _log_grid(_MAX_REQUESTS)
         dec_k = _log_grid(_MAX_DECODE_KV)
+        # A request cannot attend more than the model's context: cells with fewer, longer
+        # requests are priced at that length (AIConfigurator extrapolates wildly beyond its
+        # data there, and the monotone envelope would carry such a value to every larger batch).
+        # Dense models keep their uncapped tables (their results stay as validated before).
+        spec = model_spec(key.aic_model)
+        plain = not (spec.is_moe or spec.is_mla or spec.linear_layers or spec.sliding_layers)
+        cap = _MAX_TOKENS if plain else max_context(key.aic_model) or _MAX_TOKENS
         decode = [
             [
-                ms(h.evaluate_generation_ops(gen_attn, batch_size=int(n), s=max(1, round(k / n))))
+                ms(
+                    h.evaluate_generation_ops(
+                        gen_attn, batch_size=int(n), s=min(cap, max(1, round(k / n)))
+                    )
+                )
                 for k in dec_k
             ]
             for n in dec_n
@@ -386,17 +400,34 @@ def _write_atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:
 
 @functools.lru_cache(maxsize=64)
 def aic_tables(key: AicKey) -> dict[str, F64]:
-    """Tables for ``key``: from memory, else from the disk cache, else built (and cached)."""
+    """Tables for ``key``: from memory, else from the disk cache, else built (and cached).
+
+    A key AIConfigurator cannot build is remembered (in memory): asking again raises the same
+    ConfigError at once instead of re-evaluating the grid up to the missing point.
+
+    Raises:
+        ConfigError: AIConfigurator cannot build the engine or lacks data on the grid.
+    """
     path = cache_dir() / key.filename()
     try:
         with np.load(path, allow_pickle=False) as data:
             return {name: np.asarray(data[name], dtype=np.float64) for name in _TABLE_NAMES}
     except (OSError, KeyError, ValueError):
         pass  # missing or unreadable: rebuild
-    tables = build_tables(key)
+    tables = _build_or_error(key)
+    if isinstance(tables, ConfigError):
+        raise ConfigError(tables.field, tables.value, tables.allowed)
     with contextlib.suppress(OSError):  # a read-only cache is not an error
         _write_atomic(path, lambda f: np.savez(f, **tables))  # type: ignore[arg-type]
     return tables
+
+
+@functools.lru_cache(maxsize=16)
+def _build_or_error(key: AicKey) -> dict[str, F64] | ConfigError:
+    try:
+        return build_tables(key)
+    except ConfigError as err:
+        return err
 
 
 def _seg(grid: Sequence[float], x: float) -> tuple[int, float]:

@@ -12,8 +12,8 @@ Formulas (bytes, per GPU):
   + routed-expert params x bytes per expert weight / (ep x moe_tp)
   + embedding/LM-head params x 2 / tp (embeddings stay bf16, as in AIConfigurator's memory
   model). Bytes per weight: bf16 2, fp8 and fp8_block 1, nvfp4 9/16 (one FP8 scale per 16
-  FP4 weights), mxfp4 experts 0.5 with bf16 for the rest (AIConfigurator's ``QuantMapping``
-  memory figures in ``sdk/common.py``);
+  FP4 weights), mxfp4 and int4_wo experts 0.5 with bf16 for the rest (AIConfigurator's
+  ``QuantMapping`` memory figures in ``sdk/common.py``);
 * KV per token = full-attention layers x (2 x ceil(kv_heads / tp) x head_dim) x bytes per KV
   element (2 for bf16, 1 for fp8: ``kv_dtype``). When ``tp > kv_heads`` each KV head is
   replicated, so every rank still holds one head. Multi-head latent attention (DeepSeek,
@@ -80,8 +80,12 @@ class KVPool:
 
 # Bytes per weight of the GEMMs and of the routed experts for each dtype (AIConfigurator's
 # QuantMapping memory figures: sdk/common.py GEMMQuantMode / MoEQuantMode).
-_GEMM_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 9 / 16, "mxfp4": 2.0}
-_EXPERT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 9 / 16, "mxfp4": 0.5}
+_GEMM_BYTES = {
+    "bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 9 / 16, "mxfp4": 2.0, "int4_wo": 2.0
+}  # fmt: skip
+EXPERT_BYTES = {
+    "bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 9 / 16, "mxfp4": 0.5, "int4_wo": 0.5
+}  # fmt: skip
 _KV_ELEM_BYTES = {"bf16": 2, "fp8": 1}
 _LINEAR_STATE_BYTES = 4  # Gated DeltaNet recurrent state in fp32 (Qwen3.5 mamba_ssm_dtype)
 
@@ -103,7 +107,7 @@ def weight_bytes_per_gpu(model: ModelSpec, dtype: str, *, tp: int, ep: int, moe_
     experts = model.expert_params
     dense = (model.layer_params - experts) * _GEMM_BYTES[dtype]
     embed = (model.embedding_params + model.hidden) * 2
-    return math.ceil((dense + embed) / tp + experts * _EXPERT_BYTES[dtype] / (ep * moe_tp))
+    return math.ceil((dense + embed) / tp + experts * EXPERT_BYTES[dtype] / (ep * moe_tp))
 
 
 def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
@@ -219,9 +223,9 @@ def check_parallel(config: DeploymentConfig, model: ModelSpec) -> None:
             raise ConfigError("ep", config.ep, f"1 ({model.name} is dense: no experts)")
         if config.moe_tp is not None and config.moe_tp != config.tp * config.attention_dp:
             raise ConfigError("moe_tp", config.moe_tp, f"unset ({model.name} is dense)")
-        if config.dtype == "mxfp4":
-            raise ConfigError("dtype", "mxfp4", f"bf16 | fp8 | fp8_block | nvfp4 ({model.name} "
-                              "is dense; mxfp4 is for MoE experts)")  # fmt: skip
+        if config.dtype in ("mxfp4", "int4_wo"):
+            why = f"{model.name} is dense; {config.dtype} is for MoE experts"
+            raise ConfigError("dtype", config.dtype, f"bf16 | fp8 | fp8_block | nvfp4 ({why})")
         return
     if model.experts % config.ep:
         raise ConfigError(

@@ -329,6 +329,14 @@ def _read_aic_config(model_id: str) -> dict[str, Any]:
     return data
 
 
+def max_context(model_id: str) -> int | None:
+    """``max_position_embeddings`` of AIConfigurator model ``model_id`` (None if absent)."""
+    if model_id not in aic_model_ids():
+        return None
+    value = text_config(_read_aic_config(model_id)).get("max_position_embeddings")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def load_aic_model(model_id: str) -> ModelSpec:
     """The architecture of AIConfigurator model ``model_id`` (its ``aic_name`` is the id).
 

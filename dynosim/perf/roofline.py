@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from dynosim.config import DeploymentConfig
 from dynosim.perf.catalog import GpuSpec, ModelSpec, gpu_spec, model_spec
-from dynosim.perf.memory import kv_bytes_per_token, weight_bytes
+from dynosim.perf.memory import EXPERT_BYTES, kv_bytes_per_token, weight_bytes
 from dynosim.perf.overhead import FrameworkOverhead, framework_overhead
 
 MFU = 0.6  # achieved fraction of peak tensor FLOP/s
@@ -58,7 +58,7 @@ class RooflineStepTime:
         bytes_us = gpu.hbm_bytes_per_s * BWU / 1e6
         kv_tok = kv_bytes_per_token(model, tp, kv_dtype or dtype)
         head_flops = 4.0 * model.layers * (model.heads / tp) * model.head_dim
-        per_weight = {"fp8": 1.0, "fp8_block": 1.0, "nvfp4": 9 / 16, "mxfp4": 0.5}.get(dtype, 2.0)
+        per_weight = EXPERT_BYTES.get(dtype, 2.0)
         expert_bytes = 0.0
         if model.is_moe:  # the routed experts' weights (memory.py's bytes per expert weight)
             expert_bytes = model.expert_params * (per_weight / tp)

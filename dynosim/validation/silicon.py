@@ -36,6 +36,7 @@ _DTYPES = {
     "fp8fp8": "fp8",
     "fp8fp8_block": "fp8_block",
     "fp4nvfp4": "nvfp4",
+    "int4int4_wo": "int4_wo",  # Kimi-K2.5: INT4 weight-only experts
 }
 
 

@@ -8,7 +8,10 @@ Two questions, one table each (``results.csv``, Markdown on stdout):
   GUARANTEED_NO_EVICT / MAX_UTILIZATION), run through the project's study driver as
   ``dynosim tune`` runs it;
 * ``policy``: the same five policies with one performance model for all (vLLM's kernels and
-  overhead), so that the difference is the scheduler alone.
+  overhead), so that the difference is the scheduler alone;
+* ``policy kv-bound``: the same on a workload where the KV cache is the limit (2 workers with
+  ``gpu_memory_utilization: 0.3``, Poisson arrivals, lognormal prompts of 2,048 and outputs of
+  1,536 tokens on average), capacity on the arrival rate.
 
 Capacity is the highest trace speed-up on a 5% grid at which TTFT p90 <= 2 s and ITL p90 <=
 50 ms hold (``search.load.find_capacity``, as the studies search it). Run from anywhere::
@@ -25,6 +28,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +39,7 @@ if str(ROOT) not in sys.path:
 
 from dynosim import DeploymentConfig, Simulation  # noqa: E402
 from dynosim.perf.deployment import resolve  # noqa: E402
+from dynosim.workload import ArrivalSpec, LengthSpec, WorkloadSpec, generate  # noqa: E402
 from search.driver import load_workload, run_study  # noqa: E402
 from search.load import LoadAxis, LoadSpec, Probe, find_capacity  # noqa: E402
 from search.storage import open_storage  # noqa: E402
@@ -91,13 +96,38 @@ def own(max_requests: int | None, storage: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def policy(max_requests: int | None) -> list[dict[str, Any]]:
-    """The five policies with vLLM's performance model for all."""
+KV_BOUND = WorkloadSpec(
+    requests=2000,
+    arrival=ArrivalSpec(process="poisson", rate_rps=2.0),
+    input_tokens=LengthSpec(dist="lognormal", mean=2048, sigma=0.5),
+    output_tokens=LengthSpec(dist="lognormal", mean=1536, sigma=0.5),
+    seed=0,
+    name="kv-bound",
+)
+"""Long outputs on a small KV pool (gpu_memory_utilization 0.3, 2 workers): KV is the limit."""
+
+
+def policy(max_requests: int | None, *, kv_bound: bool = False) -> list[dict[str, Any]]:
+    """The five policies with vLLM's performance model for all.
+
+    ``kv_bound``: on :data:`KV_BOUND` (a rate sweep) with 2 workers whose KV pool is small,
+    instead of the trace with 8 workers.
+    """
     sf = load_study_file(HERE / "conversation.yaml", {"workload.max_requests": max_requests})
-    requests, warmup, _ = load_workload(sf.workload, sf.load)
     base: dict[str, Any] = json.loads(json.dumps(dict(sf.problem.base)))
+    requests: Sequence[Any]
+    if kv_bound:
+        spec_w = KV_BOUND if max_requests is None else replace(KV_BOUND, requests=max_requests)
+        requests = generate(spec_w)
+        warmup = 100 if max_requests is None else 0
+        axis = LoadAxis("rate_rps", spec_w.arrival.rate_rps, spec_w)
+        base["workers"] = 2
+        base["engine"] = dict(base.get("engine", {})) | {"gpu_memory_utilization": 0.3}
+    else:
+        requests, warmup, _ = load_workload(sf.workload, sf.load)
+        axis = LoadAxis("speedup", 1.0)
+    question = "policy kv-bound" if kv_bound else "policy"
     perf = resolve(DeploymentConfig.from_dict(base | {"backend": "vllm"}))
-    axis = LoadAxis("speedup", 1.0)
     spec = LoadSpec(mode="capacity", tolerance=0.05)
     rows = []
     for name, fields in POLICIES.items():
@@ -106,19 +136,20 @@ def policy(max_requests: int | None) -> list[dict[str, Any]]:
         cfg = DeploymentConfig.from_dict(data)
 
         def probe(level: float, cfg: DeploymentConfig = cfg) -> Probe:
-            res = Simulation(cfg, requests, perf=perf, speedup=level).run(warmup_requests=warmup)
+            reqs, speedup = axis.workload_at(level, requests)
+            res = Simulation(cfg, reqs, perf=perf, speedup=speedup).run(warmup_requests=warmup)
             m = res.metrics
             ok = (m.time_to_first_token.p90 <= TTFT_P90_MS
                   and m.inter_token_latency.p90 <= ITL_P90_MS)  # fmt: skip
             flat = m.flat() | {"load_level": level}
-            return Probe(level, flat, ok, len(requests))
+            return Probe(level, flat, ok, len(reqs))
 
         t0 = time.perf_counter()
         found = find_capacity(probe, axis, spec)
         best = found.best
         m = best.metrics if best is not None else {}
         rows.append({
-            "question": "policy", "policy": name,
+            "question": question, "policy": name,
             "capacity_rps": m.get("request_throughput"), "speedup": found.level,
             "ttft_p90_ms": m.get("time_to_first_token.p90"),
             "itl_p90_ms": m.get("inter_token_latency.p90"),
@@ -146,14 +177,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     rows = own(args.max_requests, args.storage) + policy(args.max_requests)
+    rows += policy(args.max_requests, kv_bound=True)
     args.out.mkdir(parents=True, exist_ok=True)
     with (args.out / "results.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)
         w.writeheader()
         w.writerows(rows)
-    for question in ("own", "policy"):
+    for question in ("own", "policy", "policy kv-bound"):
         print(f"\n{question}:\n")
-        print("| policy | capacity req/s | speed-up | TTFT p90 ms | ITL p90 ms | tok/s/GPU "
+        print("| policy | capacity req/s | load level | TTFT p90 ms | ITL p90 ms | tok/s/GPU "
               "| preemptions |")  # fmt: skip
         print("|---|---:|---:|---:|---:|---:|---:|")
         for r in rows:

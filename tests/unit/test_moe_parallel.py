@@ -299,3 +299,14 @@ def test_attention_dp_ranks_schedule_their_own_batches() -> None:
     single = Simulation(one, requests, perf=perf).run()
     first = result.records.first_token_us[:16]
     assert first.max() < single.records.first_token_us[:16].max()
+
+
+def test_int4_and_mxfp4_experts_take_half_a_byte() -> None:
+    kimi = model_spec("moonshotai/Kimi-K2.5")
+    pool = kv_pool(cfg(model="moonshotai/Kimi-K2.5", tp=8, dtype="int4_wo"))
+    rest = kimi.layer_params - kimi.expert_params
+    expect = (rest * 2 + (kimi.embedding_params + kimi.hidden) * 2) / 8 + kimi.expert_params / 16
+    assert pool.weights_bytes_per_gpu == pytest.approx(expect, rel=1e-9)
+    assert pool.kv_bytes_per_token == 61 * 576 * 2  # int4_wo keeps a bf16 KV cache
+    oss = kv_pool(cfg(model="openai/gpt-oss-120b", tp=1, dtype="mxfp4"))
+    assert 60e9 < oss.weights_bytes_per_gpu < 70e9  # the 120b checkpoint is ~65 GB
