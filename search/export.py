@@ -329,11 +329,50 @@ _PREDICTED = (
 
 # --------------------------------------------------------------------------- engines
 def _devices(cfg: DeploymentConfig, replica: int) -> tuple[tuple[str, str], ...]:
-    first = replica * cfg.tp
-    if cfg.tp > GPUS_PER_NODE:
+    gpus = cfg.tp * cfg.attention_dp  # a replica's GPUs
+    first = replica * gpus
+    if gpus > GPUS_PER_NODE:
         return ()
-    ids = ",".join(str((first + i) % GPUS_PER_NODE) for i in range(cfg.tp))
+    ids = ",".join(str((first + i) % GPUS_PER_NODE) for i in range(gpus))
     return (("CUDA_VISIBLE_DEVICES", ids),)
+
+
+def _quant(cfg: DeploymentConfig, notes: list[str], kv_flag: tuple[str, str] | None) -> list[str]:
+    """Flags and notes for the dtypes other than bf16 and fp8 and an FP8 KV cache of its own."""
+    if cfg.dtype not in ("bf16", "fp8"):
+        notes.append(
+            f"dtype {cfg.dtype}: serve a {cfg.dtype} checkpoint; the engine reads the weights' "
+            "quantization from it"
+        )
+    if kv_flag is not None and cfg.kv_dtype == "fp8":
+        return list(kv_flag)
+    return []
+
+
+def _parallel(cfg: DeploymentConfig, notes: list[str]) -> list[str]:
+    """Expert- and attention-data-parallel flags of vLLM and SGLang (TRT-LLM: in its YAML).
+
+    vLLM: ``--data-parallel-size d`` ranks of ``--tensor-parallel-size tp``, and
+    ``--enable-expert-parallel`` spreads the experts over all ``tp x d`` GPUs. SGLang:
+    ``--tp-size`` counts every GPU of the replica, ``--enable-dp-attention --dp-size d`` splits
+    attention into ``d`` ranks, ``--ep-size`` the experts.
+    """
+    dp, ep = cfg.attention_dp, cfg.ep
+    flags: list[str] = []
+    if cfg.backend == "vllm":
+        if dp > 1:
+            flags += ["--data-parallel-size", str(dp)]
+        if ep > 1:
+            flags.append("--enable-expert-parallel")
+            if ep != cfg.tp * dp:
+                notes.append(f"ep {ep}: vLLM's expert parallelism spans all tp x dp = "
+                             f"{cfg.tp * dp} GPUs")  # fmt: skip
+    elif cfg.backend == "sglang":
+        if dp > 1:
+            flags += ["--enable-dp-attention", "--dp-size", str(dp)]
+        if ep > 1:
+            flags += ["--ep-size", str(ep)]
+    return flags
 
 
 def _port(cfg: DeploymentConfig, replica: int) -> int:
@@ -387,7 +426,8 @@ def _vllm(cfg: DeploymentConfig, _yaml: str) -> tuple[list[str], list[str], None
         "--max-num-seqs", str(e.max_num_seqs),
         "--max-num-batched-tokens", str(e.max_num_batched_tokens),
     ]  # fmt: skip
-    notes = []
+    notes: list[str] = []
+    flags += _parallel(cfg, notes)
     if e.block_size in VLLM_BLOCK_SIZES:
         flags += ["--block-size", str(e.block_size)]
     else:
@@ -410,6 +450,8 @@ def _vllm(cfg: DeploymentConfig, _yaml: str) -> tuple[list[str], list[str], None
             "dtype fp8 = FP8 weights and KV cache; drop --quantization fp8 for an "
             "FP8 checkpoint (vLLM reads its quantization from the checkpoint)"
         )
+    else:
+        flags += _quant(cfg, notes, kv_flag=("--kv-cache-dtype", "fp8"))
     sp = cfg.speculative
     if sp is not None and sp.num_speculative_tokens:
         spec: dict[str, Any] = {
@@ -427,9 +469,10 @@ def _vllm(cfg: DeploymentConfig, _yaml: str) -> tuple[list[str], list[str], None
 def _sglang(cfg: DeploymentConfig, _yaml: str) -> tuple[list[str], list[str], None]:
     e = cfg.engine
     flags = [
-        "--tp-size", str(cfg.tp),
+        "--tp-size", str(cfg.tp * cfg.attention_dp),
         "--max-running-requests", str(e.max_num_seqs),
     ]  # fmt: skip
+    flags += _parallel(cfg, [])
     if e.max_prefill_tokens is not None:
         flags += ["--max-prefill-tokens", str(e.max_prefill_tokens)]
     if e.enable_chunked_prefill:
@@ -458,6 +501,8 @@ def _sglang(cfg: DeploymentConfig, _yaml: str) -> tuple[list[str], list[str], No
         notes.append(
             "dtype fp8 = FP8 weights and KV cache; drop --quantization fp8 for an FP8 checkpoint"
         )
+    else:
+        flags += _quant(cfg, notes, kv_flag=("--kv-cache-dtype", "fp8_e4m3"))
     sp = cfg.speculative
     if sp is not None and sp.num_speculative_tokens:
         k = sp.num_speculative_tokens
@@ -481,12 +526,17 @@ def trtllm_options(cfg: DeploymentConfig) -> dict[str, Any]:
         "free_gpu_memory_fraction": e.gpu_memory_utilization,
         "tokens_per_block": e.block_size,
     }
-    if cfg.dtype == "fp8":
+    if cfg.kv_dtype == "fp8":
         kv["dtype"] = "fp8"
     out: dict[str, Any] = {
         "enable_chunked_prefill": e.enable_chunked_prefill,
         "kv_cache_config": kv,
     }
+    if cfg.attention_dp > 1:  # tp_size counts every GPU; attention runs in DP ranks
+        out["enable_attention_dp"] = True
+    if cfg.ep > 1 or cfg.moe_tp is not None:
+        out["moe_expert_parallel_size"] = cfg.ep
+        out["moe_tensor_parallel_size"] = cfg.moe_tp_size
     # LLM API SchedulerConfig (tensorrt_llm/llmapi/llm_args.py); the default is the simulated one
     out["scheduler_config"] = {
         "capacity_scheduler_policy": e.capacity_scheduler_policy or "GUARANTEED_NO_EVICT"
@@ -508,7 +558,7 @@ def _trtllm(cfg: DeploymentConfig, yaml_path: str) -> tuple[list[str], list[str]
     e = cfg.engine
     flags = [
         "--backend", "pytorch",
-        "--tp_size", str(cfg.tp),
+        "--tp_size", str(cfg.tp * cfg.attention_dp),
         "--max_batch_size", str(e.max_num_seqs),
         "--max_num_tokens", str(e.max_num_batched_tokens),
         "--free_gpu_memory_fraction", _num(e.gpu_memory_utilization),
@@ -527,6 +577,8 @@ def _trtllm(cfg: DeploymentConfig, yaml_path: str) -> tuple[list[str], list[str]
             "dtype fp8: serve an FP8 checkpoint (TensorRT Model Optimizer); TRT-LLM "
             "reads weight quantization from it, the YAML sets the FP8 KV cache"
         )
+    else:
+        _quant(cfg, notes, kv_flag=None)
     text = yaml.safe_dump(trtllm_options(cfg), sort_keys=False)
     return flags, notes, text
 
@@ -570,7 +622,7 @@ def _dynamo_worker(cfg: DeploymentConfig, yaml_path: str, *, kv_events: bool) ->
         return ["python", "-m", "dynamo.sglang", "--model-path", cfg.model, *flags]
     e = cfg.engine
     worker = ["python", "-m", "dynamo.trtllm", "--model", cfg.model,
-              "--tensor-parallel-size", str(cfg.tp),
+              "--tensor-parallel-size", str(cfg.tp * cfg.attention_dp),
               "--max-batch-size", str(e.max_num_seqs),
               "--max-num-tokens", str(e.max_num_batched_tokens),
               "--kv-block-size", str(e.block_size),

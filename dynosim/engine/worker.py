@@ -115,6 +115,10 @@ class EngineWorker:
         # prompt the last step completed (each emits its first token). The same calls, step
         # for step, in both modes.
         self.on_tokens: TokensCallback | None = None
+        self._setup(engine)
+
+    def _setup(self, engine: EngineConfig) -> None:
+        """A policy's own settings from ``engine`` (called at the end of ``__init__``)."""
 
     # ----------------------------------------------------------------- views for the router
     @property

@@ -8,8 +8,11 @@ Formats, told apart by their content (tool result files: :mod:`dynosim.validatio
   from SemiAnalysis InferenceX runs (client ``inferencex``); other sources record no client, and
   are replayed as a plain closed loop of ``batch_size`` clients. InferenceX rows whose source
   records no ``measured=`` date in or after 2026-01 ran without warm-up requests (the client
-  added ``--num-warmups 2*c`` then). Disaggregated rows, pipeline
-  parallelism and attention data parallelism are refused with the reason (not modelled yet).
+  added ``--num-warmups 2*c`` then). A row's deployment (dtype, expert and attention-DP
+  parallelism; ``batch_size`` is per DP rank) is read as
+  :func:`dynosim.validation.silicon.parse_row` reads it for the coverage benchmark;
+  disaggregated rows, pipeline parallelism and what the simulator cannot build are refused with
+  the reason.
 * A plain CSV: ``model,gpu,backend,tp,isl,osl,concurrency,ttft_ms,tpot_ms`` and optionally
   ``dtype``, ``client`` (inferencex | vllm-bench | aiperf), ``max_num_seqs``,
   ``max_num_batched_tokens``, ``enable_prefix_caching``, ``warmups``.
@@ -24,17 +27,16 @@ from __future__ import annotations
 import csv
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from dynosim.errors import WorkloadError
+from dynosim.errors import ConfigError, WorkloadError
 from dynosim.workload.client import CLIENTS, ClientName
 
 PLAIN_FIELDS = ("model", "gpu", "backend", "tp", "isl", "osl", "concurrency", "ttft_ms", "tpot_ms")
 PLAIN_OPTIONAL = ("dtype", "client", "max_num_seqs", "max_num_batched_tokens",
                   "enable_prefix_caching", "warmups")  # fmt: skip
-_SILICON_DTYPES = {"": "bf16", "bf16": "bf16", "fp8fp8": "fp8", "fp8fp8_block": "fp8"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,6 +48,9 @@ class Measurement:
         client: The benchmark client that measured it (None: a plain closed loop).
         warmups: Warm-up requests the client sent (None: the client's default).
         engine: Engine fields the row states (``max_num_seqs``...).
+        ep, moe_tp, attention_dp: The replica's parallelism (``concurrency`` is the clients of
+            all its DP ranks together).
+        kv_cache_dtype: The KV cache's element type when not the dtype's default.
         refused: Why the row cannot be replayed (None: it can).
     """
 
@@ -64,6 +69,10 @@ class Measurement:
     client: ClientName | None = None
     warmups: int | None = None
     engine: dict[str, Any] = field(default_factory=dict)
+    ep: int = 1
+    moe_tp: int | None = None
+    attention_dp: int = 1
+    kv_cache_dtype: str | None = None
     refused: str | None = None
 
     @property
@@ -126,18 +135,7 @@ def _silicon(path: Path, line: int, r: dict[str, str]) -> Measurement:
         "inferencex" if source.startswith(("db-dump/", "source_file=")) else None
     )
     warmups = None if client is None or _measured_since(source, "2026-01") else 0
-    quant = (r.get("precision") or "") + (r.get("gemm_quant_mode") or "")
-    refused = None
-    if r.get("mode") != "agg":
-        refused = f"mode {r.get('mode')} (disaggregated rows are not replayed yet)"
-    elif int(r.get("pp_size") or 1) != 1:
-        refused = f"pipeline parallelism pp={r.get('pp_size')} (not modelled)"
-    elif int(r.get("attention_dp_size") or 1) != 1:
-        refused = f"attention data parallelism dp={r.get('attention_dp_size')} (not modelled)"
-    elif quant not in _SILICON_DTYPES:
-        refused = f"quantisation {quant} (not modelled)"
-    concurrency = _num(where, r, "batch_size", int, 1) if r.get("batch_size") else 1
-    return Measurement(
+    base = Measurement(
         where=where,
         model=r.get("model_path") or "",
         gpu=r.get("system") or "",
@@ -145,14 +143,29 @@ def _silicon(path: Path, line: int, r: dict[str, str]) -> Measurement:
         tp=_num(where, r, "tp_size", int, 1) if r.get("tp_size") else 1,
         isl=_num(where, r, "isl", int, 1),
         osl=_num(where, r, "osl", int, 1),
-        concurrency=concurrency,
+        concurrency=_num(where, r, "batch_size", int, 1) if r.get("batch_size") else 1,
         ttft_ms=_num(where, r, "silicon_ttft_ms", float, 0.0),
         tpot_ms=_num(where, r, "silicon_tpot_ms", float, 0.0),
-        dtype=_SILICON_DTYPES.get(quant, "bf16"),
         mode=r.get("mode") or "agg",
         client=client,
         warmups=warmups,
-        refused=refused,
+    )
+    if base.mode != "agg":
+        return replace(base, refused=f"mode {base.mode} (disaggregated rows are not replayed yet)")
+    from dynosim.validation.silicon import parse_row, row_kv_dtype
+
+    try:
+        row = parse_row(r)
+    except (ConfigError, KeyError, ValueError) as exc:
+        return replace(base, refused=str(exc))
+    return replace(
+        base,
+        concurrency=row.concurrency,  # batch_size x attention_dp: the clients of all ranks
+        dtype=row.dtype,
+        ep=row.ep,
+        moe_tp=row.moe_tp,
+        attention_dp=row.attention_dp,
+        kv_cache_dtype=row_kv_dtype(row.backend, row.dtype),
     )
 
 

@@ -194,11 +194,20 @@ def row_config(row: SiliconRow, *, max_num_batched_tokens: int = 8192) -> Deploy
         data["moe_tp"] = row.moe_tp
     if row.attention_dp != 1:
         data["attention_dp"] = row.attention_dp
-    if row.backend in ("vllm", "sglang") and row.dtype != "bf16":
-        # their --kv-cache-dtype defaults to auto: the model's activation dtype (bf16); the
-        # rows do not say otherwise. TRT-LLM rows keep the dtype's KV default (fp8 for fp8).
-        data["kv_cache_dtype"] = "bf16"
+    kv = row_kv_dtype(row.backend, row.dtype)
+    if kv is not None:
+        data["kv_cache_dtype"] = kv
     return DeploymentConfig.from_dict(data)
+
+
+def row_kv_dtype(backend: str, dtype: str) -> str | None:
+    """The KV cache dtype a row ran with, when not its dtype's default (None).
+
+    vLLM's and SGLang's ``--kv-cache-dtype`` default to ``auto``, the model's activation dtype
+    (bf16), and the rows do not say otherwise; TRT-LLM rows keep the dtype's KV default (fp8
+    for fp8).
+    """
+    return "bf16" if backend in ("vllm", "sglang") and dtype != "bf16" else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -101,22 +101,27 @@ def recipe_engine(m: Measurement) -> dict[str, Any]:
 
 
 def row_config(m: Measurement, timing: str = "aic") -> DeploymentConfig:
-    """The deployment a measurement ran on (one worker).
+    """The deployment a measurement ran on (one replica: ``attention_dp`` schedulers).
 
-    Engine: ``max_num_seqs`` = the concurrency, no prefix caching, then the recipe's flags
-    (:func:`recipe_engine`), then whatever the row itself states.
+    Engine: ``max_num_seqs`` = the concurrency per DP rank, no prefix caching, then the recipe's
+    flags (:func:`recipe_engine`), then whatever the row itself states.
     """
+    per_rank = max(1, m.concurrency // m.attention_dp)
     engine = {
-        "max_num_seqs": m.concurrency,
-        "max_num_batched_tokens": max(8192, m.concurrency),
+        "max_num_seqs": per_rank,
+        "max_num_batched_tokens": max(8192, per_rank),
         "enable_prefix_caching": False,
         **recipe_engine(m),
         **m.engine,
     }
-    return DeploymentConfig.from_dict({
+    data: dict[str, Any] = {
         "model": m.model, "gpu": m.gpu, "backend": m.backend, "dtype": m.dtype, "tp": m.tp,
         "workers": 1, "timing": timing, "engine": engine,
-    })  # fmt: skip
+    }  # fmt: skip
+    parallel = {"ep": m.ep, "moe_tp": m.moe_tp, "attention_dp": m.attention_dp,
+                "kv_cache_dtype": m.kv_cache_dtype}  # fmt: skip
+    data |= {k: v for k, v in parallel.items() if v not in (None, 1)}
+    return DeploymentConfig.from_dict(data)
 
 
 def row_requests(m: Measurement, rounds: int) -> tuple[list[Request], int]:

@@ -1,14 +1,18 @@
 """Closed-loop replays of real-GPU measurements (AIConfigurator's silicon_sample.csv).
 
 Llama-3.1-8B-Instruct / h100_sxm / trtllm, aggregated: 177 runs at TP 1-8, concurrency 8-128,
-ISL 1k-4k, OSL 128-512. The framework overhead was calibrated on these rows (and on the
-Qwen3-32B h100 trtllm/sglang rows), so this checks that calibration holds, not an independent
-validation. Bounds:
-* TPOT: measured 7.6% MAPE. AIC's own kernel database is quoted at ~10% and our step model
-  adds interpolation error; 12% leaves room for data updates within aiconfigurator-core 0.12.*.
-* TTFT: measured 51% MAPE. In a closed loop that starts all clients at once, TTFT is set by how
-  the benchmark's clients were started and stay (lock-step waves of prefill), which the data
-  does not record; we bound it at 75% and say so rather than tune a ramp to fit it.
+ISL 1k-4k, OSL 128-512. The calibration profile (dynosim/perf/profiles/default.yaml) was fitted
+on these rows (and on the Qwen3-32B h100 trtllm/sglang rows), so this checks that calibration
+holds, not an independent validation. The replay here is the plain closed loop of
+``silicon.replay`` (every client at once, fixed lengths, 4 requests per client, no client
+model); ``dynosim validate`` replays the rows with the InferenceX client instead (see the
+README's fidelity table: TPOT 7.3%, TTFT 35.0% MAPE). Bounds:
+* TPOT: measured 10.3% MAPE (session 4). AIC's own kernel database is quoted at ~10% and our
+  step model adds interpolation error; 12% leaves room for data updates within
+  aiconfigurator-core 0.12.*.
+* TTFT: measured 58% MAPE. In a closed loop that starts all clients at once, TTFT is set by how
+  the benchmark's clients were started and stay (lock-step waves of prefill) and by the host
+  (issue 9); we bound it at 75% and say so rather than tune a ramp to fit it.
 """
 
 from __future__ import annotations

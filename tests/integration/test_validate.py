@@ -48,12 +48,15 @@ def test_silicon_rows_infer_the_client_and_refuse_what_is_not_modelled(tmp_path:
         "b,internal/path,vllm,Qwen/Qwen3-8B,h200_sxm,,agg,1000,100,,8,1,1,1,50,10",
         "c,internal/path,vllm,Qwen/Qwen3-8B,h200_sxm,,disagg,1000,100,,8,1,1,1,50,10",
         "d,internal/path,vllm,Qwen/Qwen3-8B,h200_sxm,,agg,1000,100,,8,1,1,4,50,10",
+        "e,internal/path,vllm,Qwen/Qwen3-8B,h200_sxm,,agg,1000,100,,8,1,2,1,50,10",
     ]) + "\n")  # fmt: skip
     rows = read_measurements(f)
-    assert [r.client for r in rows] == ["inferencex", None, None, None]
-    assert [r.refused is None for r in rows] == [True, True, False, False]
+    assert [r.client for r in rows] == ["inferencex", None, None, None, None]
+    assert [r.refused is None for r in rows] == [True, True, False, True, False]
     assert "disaggregated" in (rows[2].refused or "")
-    assert "attention data parallelism" in (rows[3].refused or "")
+    # attention DP: batch_size is per DP rank, the clients are those of all four ranks
+    assert (rows[3].attention_dp, rows[3].concurrency) == (4, 32)
+    assert "pp_size" in (rows[4].refused or "")
 
 
 def test_replay_reports_errors_per_group(tmp_path: Path) -> None:

@@ -36,13 +36,10 @@ The radix cache is matched at the workload's hash-block granularity (as for ever
 from __future__ import annotations
 
 import numpy as np
-import simpy
 
 from dynosim.config import EngineConfig
-from dynosim.engine.kv_cache import PrefixKVCache
 from dynosim.engine.state import RunningRequest
-from dynosim.engine.worker import EngineWorker, FinishCallback
-from dynosim.perf.protocol import StepTimeModel
+from dynosim.engine.worker import EngineWorker
 from dynosim.types import HASH_BLOCK_TOKENS
 
 CLIP_MAX_NEW_TOKENS = 4096
@@ -57,21 +54,8 @@ DEFAULT_MAX_PREFILL_TOKENS = 16384
 class SglangWorker(EngineWorker):
     """An engine scheduled as SGLang schedules it (see the module docstring)."""
 
-    def __init__(
-        self,
-        index: int,
-        env: simpy.Environment,
-        *,
-        engine: EngineConfig,
-        kv: PrefixKVCache,
-        timing: StepTimeModel,
-        on_finish: FinishCallback,
-        fast_forward: bool = True,
-    ) -> None:
-        super().__init__(
-            index, env, engine=engine, kv=kv, timing=timing, on_finish=on_finish,
-            fast_forward=fast_forward,
-        )  # fmt: skip
+    def _setup(self, engine: EngineConfig) -> None:
+        """SGLang's own knobs and the state of ``new_token_ratio``."""
         self.mixed = bool(engine.enable_mixed_chunk)
         self.max_prefill = engine.max_prefill_tokens or DEFAULT_MAX_PREFILL_TOKENS
         # A cache-aware policy with the radix cache off is FCFS (SchedulePolicy).
