@@ -6,7 +6,7 @@ on these rows (and on the Qwen3-32B h100 trtllm/sglang rows), so this checks tha
 holds, not an independent validation. The replay here is the plain closed loop of
 ``silicon.replay`` (every client at once, fixed lengths, 4 requests per client, no client
 model); ``dynosim validate`` replays the rows with the InferenceX client instead (see the
-README's fidelity table: TPOT 7.3%, TTFT 35.0% MAPE). Bounds:
+README's fidelity table: TPOT 6.7%, TTFT 35.0% MAPE). Bounds:
 * TPOT: measured 10.3% MAPE (session 4). AIC's own kernel database is quoted at ~10% and our
   step model adds interpolation error; 12% leaves room for data updates within
   aiconfigurator-core 0.12.*.
