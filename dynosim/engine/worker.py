@@ -336,6 +336,13 @@ class EngineWorker:
         limit = min(len(rr.hashes), (rr.target - 1) // HASH_BLOCK_TOKENS)
         return self.kv.match(rr.hashes, limit) if limit > 0 else 0
 
+    def _pinned(self, rr: RunningRequest, hit: int) -> int:
+        """Evictable blocks among ``rr``'s ``hit`` cached units.
+
+        Acquiring them takes them from what an allocation could evict.
+        """
+        return self.kv.evictable_among(rr.hashes[:hit]) * self.kv.unit_blocks if hit else 0
+
     def _take(self, rr: RunningRequest, hit: int, start: int, need: int, now: int) -> None:
         """Admit ``rr`` (already off the queue).
 

@@ -7,7 +7,7 @@ picks it from the backend and its engine settings.
 from __future__ import annotations
 
 from dynosim.engine.policies.sglang import SglangWorker
-from dynosim.engine.policies.vllm import TrtllmMaxUtilizationWorker, TrtllmWorker, VllmWorker
+from dynosim.engine.policies.vllm import TrtllmWorker, VllmWorker
 from dynosim.engine.worker import EngineWorker
 
 __all__ = ["SglangWorker", "TrtllmWorker", "VllmWorker", "worker_class"]
@@ -18,5 +18,6 @@ def worker_class(backend: str, capacity_policy: str | None = None) -> type[Engin
     if backend == "sglang":
         return SglangWorker
     if backend == "trtllm":
-        return TrtllmMaxUtilizationWorker if capacity_policy == "MAX_UTILIZATION" else TrtllmWorker
+        # MAX_UTILIZATION packs and pauses the newest on a shortage: vLLM's policy
+        return VllmWorker if capacity_policy == "MAX_UTILIZATION" else TrtllmWorker
     return VllmWorker

@@ -95,7 +95,7 @@ class SglangWorker(EngineWorker):
         kv, bs = self.kv, self.block_size
         step_prefill: list[tuple[RunningRequest, int]] = []
         shapes: list[tuple[int, int]] = []
-        if not self.mixed and self._prefill_possible():
+        if not self.mixed:
             self._prefill_batch(now, step_prefill, shapes)
             if step_prefill:
                 self._launch(now, step_prefill, shapes, decodes=False, single=False)
@@ -115,14 +115,6 @@ class SglangWorker(EngineWorker):
             return
         self._launch(now, step_prefill, shapes, decodes=True, single=retracted)
 
-    def _prefill_possible(self) -> bool:
-        """Whether a prefill batch would hold anything now (without mixing decodes)."""
-        if self.prefilling:
-            return True  # the chunked request continues
-        if not self.waiting or len(self.running) >= self.max_seqs:
-            return False
-        return self._head_admissible(self._head(), self.kv.available, 0)
-
     def _head(self) -> RunningRequest:
         """The waiting request the policy takes next (and puts at the head of the queue)."""
         waiting = self.waiting
@@ -135,7 +127,7 @@ class SglangWorker(EngineWorker):
         return waiting[0]
 
     def _needs(self, rr: RunningRequest) -> tuple[int, int, int, int]:
-        """``(hit units, start, KV tokens to reserve, blocks of its first chunk or all)``."""
+        """``(hit units, start, KV tokens to reserve, uncached prompt tokens)``."""
         hit = self._prefix_hit(rr)
         start = max(hit * HASH_BLOCK_TOKENS, rr.remote)
         extend = rr.target - start
@@ -143,21 +135,14 @@ class SglangWorker(EngineWorker):
         tokens = extend + (out if out < CLIP_MAX_NEW_TOKENS else CLIP_MAX_NEW_TOKENS)
         return hit, start, tokens, extend
 
-    def _head_admissible(self, rr: RunningRequest, available: int, spent: int) -> bool:
-        """Whether ``rr`` passes the memory checks.
+    def _blocks(self, rr: RunningRequest, hit: int, start: int, chunk: int) -> tuple[int, int]:
+        """``(new blocks of its first chunk, free or evictable blocks its admission needs)``.
 
-        ``available`` blocks are free or evictable; this batch has reserved ``spent`` tokens.
+        The second adds its ``extra_blocks`` and the evictable blocks of its own cached prefix
+        (taken from the evictable pool as it acquires them).
         """
-        hit, start, tokens, extend = self._needs(rr)
-        chunk = extend if not self.chunked else min(extend, self._chunk_budget())
-        bs, unit = self.block_size, self.kv.unit_blocks
-        need = -(-(start + chunk) // bs) - hit * unit
-        pinned = self.kv.evictable_among(rr.hashes[:hit]) * unit if hit else 0
-        if need + rr.extra_blocks > available - pinned:
-            return False
-        if not self.running:
-            return True  # an idle engine takes the head if its blocks fit
-        return tokens <= available * bs - self.new_token_ratio * self._reserved_tokens() - spent
+        need = -(-(start + chunk) // self.block_size) - hit * self.kv.unit_blocks
+        return need, need + rr.extra_blocks + self._pinned(rr, hit)
 
     def _chunk_budget(self) -> int:
         return self.budget - (self.n_decode if self.mixed else 0)
@@ -168,7 +153,7 @@ class SglangWorker(EngineWorker):
         step_prefill: list[tuple[RunningRequest, int]],
         shapes: list[tuple[int, int]],
     ) -> None:
-        kv, bs, unit = self.kv, self.block_size, self.kv.unit_blocks
+        kv, bs = self.kv, self.block_size
         left_chunk = self._chunk_budget() if self.chunked else 1 << 62
         left_input = self.max_prefill
         if self.prefilling and left_chunk > 0:  # the chunked request continues first
@@ -197,9 +182,8 @@ class SglangWorker(EngineWorker):
             if step_prefill and extend > left_input:
                 break
             chunk = min(extend, left_chunk)
-            need = -(-(start + chunk) // bs) - hit * unit
-            pinned = kv.evictable_among(rr.hashes[:hit]) * unit if hit else 0
-            if need + rr.extra_blocks > kv.available - pinned:
+            need, required = self._blocks(rr, hit, start, chunk)
+            if required > kv.available:
                 break
             if self.running:
                 if ratio_reserved < 0:
@@ -266,17 +250,16 @@ class SglangWorker(EngineWorker):
         Decoding lowers the output reservation of the running requests and, step by step,
         ``new_token_ratio``, while it takes KV blocks: a waiting request refused now can be
         admitted a few steps later. Evaluated for every boundary of the segment with the same
-        arithmetic as :meth:`_head_admissible` (integers, then one multiply and subtraction in
+        arithmetic as :meth:`_prefill_batch` (integers, then one multiply and subtraction in
         float64), so the cut falls where stepping would admit it.
         """
         if len(self.running) >= self.max_seqs:
             return k
         rr = self._head()
         hit, start, tokens, extend = self._needs(rr)
-        bs, unit = self.block_size, self.kv.unit_blocks
+        bs = self.block_size
         chunk = extend if not self.chunked else min(extend, self._chunk_budget())
-        need = -(-(start + chunk) // bs) - hit * unit
-        pinned = self.kv.evictable_among(rr.hashes[:hit]) * unit if hit else 0
+        _, required = self._blocks(rr, hit, start, chunk)
         j = np.arange(1, k, dtype=np.int64)  # boundaries inside the segment
         # Blocks taken by steps 2..j (step 1's are taken); mixed: also step j+1's.
         phase = np.asarray(self._phase, dtype=np.int64)
@@ -285,7 +268,7 @@ class SglangWorker(EngineWorker):
         taken = np.cumsum(per_step)
         before = taken[: k - 1] if self.mixed else np.concatenate(([0], taken[: k - 2]))
         avail = self.kv.available - before
-        ok = need + rr.extra_blocks <= avail - pinned
+        ok = required <= avail
         if not ok.any():
             return k
         s, clip = self.S, CLIP_MAX_NEW_TOKENS

@@ -75,9 +75,7 @@ class VllmWorker(EngineWorker):
             # Blocks now: the computed part, or (reserving) the whole sequence at its end.
             upto = rr.target + rr.max_tokens - rr.generated - 1 if reserve else start + chunk
             need = -(-upto // bs) - hit * unit
-            hit_units = rr.hashes[:hit]
-            pinned = kv.evictable_among(hit_units) * unit if hit else 0
-            if need + rr.extra_blocks > kv.available - pinned:
+            if need + rr.extra_blocks + self._pinned(rr, hit) > kv.available:
                 break
             waiting.popleft()
             self._take(rr, hit, start, need, now)
@@ -97,11 +95,7 @@ class TrtllmWorker(VllmWorker):
     request only if the KV blocks of its whole sequence, prompt and every output token, can be
     reserved now, so a running request never runs short and nothing is ever evicted;
     ``MAX_UTILIZATION`` packs requests as vLLM does and pauses the newest on a shortage (its KV
-    is freed and recomputed later).
+    is freed and recomputed later): :class:`VllmWorker` serves it.
     """
 
     reserve_output = True
-
-
-class TrtllmMaxUtilizationWorker(VllmWorker):
-    """TRT-LLM with ``capacity_scheduler_policy: MAX_UTILIZATION`` (see :class:`TrtllmWorker`)."""
