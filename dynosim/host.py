@@ -202,6 +202,8 @@ class Host:
         self._out_us = round(self.output_token_us)
         self.tokenizes = self.request_us > 0 or self.input_token_us > 0
         self.streams = self.output_token_us > 0
+        # Only finite processes queue the engine's tokens (unbounded: a pure delay).
+        self.queues_tokens = self.streams and self.processes is not None
         self._free: list[int] = []  # when each tokenising process is next free
         self._streams: dict[int, _Stream] = {}
         # Streaming in integer work: a token costs _token_ns of one process, a replica's
@@ -210,7 +212,8 @@ class Host:
         self._capacity = None if self._rank_processes is None else (
             max(1, round(self._rank_processes * 1000))
         )  # fmt: skip
-        self._first_us = np.full(n_requests, -1, dtype=np.int64)  # as the client sees it
+        # Each request's first token as the client sees it (-1: not yet, or no streaming).
+        self.first_us = np.full(n_requests, -1, dtype=np.int64)
         self.tokenize_busy_us = 0
         self.stream_busy_us = 0.0
         self.tokenize_wait_us = np.zeros(n_requests, dtype=np.int64)
@@ -244,8 +247,7 @@ class Host:
         Each made ``per_step`` tokens (one per decoding request), and the last also the
         first tokens of ``firsts`` requests whose prompt it completed.
         """
-        if self._capacity is None:
-            return
+        assert self._capacity is not None  # registered only with finite processes
         s = self._streams.get(worker.index)
         if s is None:
             s = self._streams[worker.index] = _Stream()
@@ -269,7 +271,7 @@ class Host:
         ``replica`` is the index of the worker (a DP rank) that made it.
         """
         first = now + (self._out_us if self._capacity is None else self._lag_us(replica))
-        self._first_us[rid] = first
+        self.first_us[rid] = first
         return first
 
     def deliver(
@@ -288,7 +290,7 @@ class Host:
         self.stream_busy_us += tokens * self.output_token_us
         if self._capacity is None:
             return first_us + out, finish_us + out
-        first = int(self._first_us[rid])
+        first = int(self.first_us[rid])
         finish = max(finish_us + self._lag_us(replica), first)
         self.stream_delay_us[rid] = finish - finish_us - out
         return first, finish

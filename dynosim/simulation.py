@@ -183,9 +183,8 @@ class Simulation:
                 config.host, n, entry_dp=dp[self.entry.name], decode_dp=dp[self.decode.name]
             )
         self._streams = self.host is not None and self.host.streams
-        if self.host is not None and self._streams:
+        if self.host is not None and self.host.queues_tokens:
             self.decode.set_on_tokens(self.host.on_tokens)
-        self._first_shown_us = np.full(n, -1, dtype=np.int64)
         self.kv_bytes_received = 0
         self.rejections: dict[int, str] = {}
         self._followers: dict[int, list[int]] = {}
@@ -318,7 +317,7 @@ class Simulation:
     def _on_first_token(self, rr: RunningRequest, now: int) -> None:
         assert self.host is not None
         rid = rr.req.id
-        self._first_shown_us[rid] = self.host.first_token(rid, int(self._worker[rid]), now)
+        self.host.first_token(rid, int(self._worker[rid]), now)
 
     def _serve_local(self, rid: int, w: EngineWorker, now: int, rr: RunningRequest) -> None:
         """``rr`` (the request ``rid``, the one its router saw) is served by ``w`` from now."""
@@ -397,7 +396,6 @@ class Simulation:
             first, shown = self.host.deliver(
                 rid, int(self._worker[rid]), first, now, rr.req.output_tokens
             )
-            self._first_shown_us[rid] = first
         self._finish_us[rid] = shown
         self._open -= 1
         if self.planner is not None:  # what the planner sees of the latencies
@@ -583,8 +581,8 @@ class Simulation:
         return out
 
     def _first_token_us(self, rid: int) -> int:
-        if self._first_shown_us[rid] >= 0:
-            return int(self._first_shown_us[rid])
+        if self.host is not None and self.host.first_us[rid] >= 0:  # as the client saw it
+            return int(self.host.first_us[rid])
         rr = self._state[rid]
         return rr.first_token_us if rr is not None else -1
 
@@ -603,8 +601,8 @@ class Simulation:
                 preempt[rid] += pr.preemptions
                 if rr is None:
                     cached[rid] = pr.cached_tokens
-        if self._streams:  # the client's first token (set for the completed requests)
-            first = np.where(self._first_shown_us >= 0, self._first_shown_us, first)
+        if self.host is not None and self._streams:  # the client's first token
+            first = np.where(self.host.first_us >= 0, self.host.first_us, first)
         return RequestRecords(
             arrival_us=self._arrival_us.copy(),
             first_token_us=first,
