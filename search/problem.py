@@ -29,7 +29,7 @@ from dynosim.config import BACKEND_ENGINE_FIELDS, DeploymentConfig, PlannerConfi
 from dynosim.errors import ConfigError, DynosimError, InfeasibleError
 from dynosim.metrics import STAT_KEYS, Metrics, Stat
 from search.load import LEVEL_KNOB, LOAD_METRICS
-from search.space import Params, Space
+from search.space import Knob, Params, Space
 
 Direction = Literal["maximize", "minimize"]
 BIG_VIOLATION = 1e6
@@ -188,23 +188,32 @@ class Problem:
         ``engine.enable_mixed_chunk`` (SGLang) with a ``backend`` knob that can be vllm, say,
         needs ``when: {backend: sglang}``.
         """
-        fixed = self.base.get("backend", "vllm")
-        possible: set[object] = {fixed}
-        if "backend" in self.space.names:
-            knob = self.space.knob("backend")
-            chosen: set[object] = set(knob.values)
-            possible = chosen | possible if knob.when else chosen
+        possible = self._possible("backend", "vllm")
         for knob in self.space.knobs:
             own = _backend_of(knob.name)
             if own is None:
                 continue
-            scoped = dict(knob.when).get("backend")
-            live = possible if scoped is None else possible & set(scoped)
-            if live - {own}:
+            if _live(knob, "backend", possible) - {own}:
                 raise ConfigError(
                     f"knobs.{knob.name}", knob.name, f"an engine field of backend {own} only "
                     f"(add when: {{backend: {own}}})"
                 )  # fmt: skip
+
+    def _possible(
+        self, field: str, default: str, values: Sequence[str] | None = None
+    ) -> set[object]:
+        """The values of ``field`` a trial can have (only those among ``values`` if given).
+
+        Its knob's values, or the base's; also the base's while a ``when`` leaves the knob
+        inactive.
+        """
+        fixed = self.base.get(field, default)
+        possible: set[object] = {fixed} if values is None or fixed in values else set()
+        if field in self.space.names:
+            knob = self.space.knob(field)
+            chosen: set[object] = {v for v in knob.values if values is None or v in values}
+            possible = chosen | possible if knob.when else chosen
+        return possible
 
     def _check_modes(self) -> None:
         """Refuse a knob that is active with a ``mode`` its field does not exist in.
@@ -212,13 +221,7 @@ class Problem:
         A top-level ``tp``/``workers`` knob is an error with ``mode: disagg``, a pool (or other
         disagg-only) knob with ``mode: agg``; a ``when: {mode: ...}`` condition scopes one.
         """
-        modes = ("agg", "disagg")
-        fixed = self.base.get("mode", "agg")
-        possible: set[object] = {fixed} if fixed in modes else set()
-        if "mode" in self.space.names:
-            mode = self.space.knob("mode")
-            chosen: set[object] = {v for v in mode.values if v in modes}
-            possible = chosen | possible if mode.when else chosen  # base's mode when inactive
+        possible = self._possible("mode", "agg", ("agg", "disagg"))
         for knob in self.space.knobs:
             if _under(knob.name, AGG_ONLY):
                 own = "agg"
@@ -226,9 +229,7 @@ class Problem:
                 own = "disagg"
             else:
                 continue
-            scoped = dict(knob.when).get("mode")
-            live = possible if scoped is None else possible & set(scoped)
-            if not live - {own}:
+            if not _live(knob, "mode", possible) - {own}:
                 continue
             why = "a disagg-only field, a knob only with mode: disagg (add when: {mode: disagg})"
             if own == "agg":
@@ -359,6 +360,12 @@ AGG_ONLY = ("tp", "workers", "ep", "moe_tp", "attention_dp")
 """Top-level fields that only ``mode: agg`` has (with ``mode: disagg`` each pool has its own)."""
 DISAGG_ONLY = ("prefill", "decode", "max_local_prefill_tokens", "planner.prefill", "planner.decode")
 """Fields (and sections) that only ``mode: disagg`` has."""
+
+
+def _live(knob: Knob, field: str, possible: set[object]) -> set[object]:
+    """The values of ``field`` with which ``knob`` is active (its ``when`` may scope it)."""
+    scoped = dict(knob.when).get(field)
+    return possible if scoped is None else possible & set(scoped)
 
 
 def _backend_of(name: str) -> str | None:
