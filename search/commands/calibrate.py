@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from dynosim.errors import DynosimError
+from search.commands import writing
 from search.commands.validate import add_context_arguments
 
 
@@ -89,11 +90,9 @@ def run(args: argparse.Namespace) -> int:
         backends=profile.backends,
         fitted_on={"measurements": args.measurements.name, **profile.fitted_on},
     )
-    try:
+    with writing("--out", args.out):
         args.out.parent.mkdir(parents=True, exist_ok=True)
         profile.write(args.out, header=f"dynosim calibration profile, written by:\n  {command}")
-    except OSError as exc:
-        raise DynosimError(f"--out {args.out}: {exc.strerror or exc}") from None
     figures = _figures(fits)
     if not args.no_verify:
         with console.status("re-simulating with the fitted profile..."):
@@ -111,11 +110,9 @@ def run(args: argparse.Namespace) -> int:
     console.print("held out = leave-one-configuration-out (model, gpu, backend, tp) predictions")
     console.print(f"profile written to {args.out}")
     if args.json is not None:
-        try:
+        with writing("--json", args.json):
             args.json.write_text(json.dumps({"groups": figures, "profile": profile.to_dict()},
                                             indent=2, default=_jsonable) + "\n")  # fmt: skip
-        except OSError as exc:
-            raise DynosimError(f"--json {args.json}: {exc.strerror or exc}") from None
     return 0
 
 

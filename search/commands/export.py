@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dynosim.errors import DynosimError
+from search.commands import writing
 from search.study_file import DEFAULT_STORAGE
 
 if TYPE_CHECKING:
@@ -68,11 +69,9 @@ def run(args: argparse.Namespace) -> int:
         written = []
         for name, text in export.yaml_files():
             path = Path(name)
-            try:
+            with writing("--out", args.out):
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(text)
-            except OSError as exc:
-                raise DynosimError(f"--out {args.out}: {exc.strerror or exc}") from None
             written.append(str(path))
         export = replace(export, files=tuple(written))
     if args.format == "json":

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dynosim.errors import DynosimError
+from search.commands import writing
 from search.study_file import DEFAULT_STORAGE
 
 if TYPE_CHECKING:
@@ -47,10 +47,8 @@ def run(args: argparse.Namespace) -> int:
     importances = knob_importances(study)
     console.print(importance_table(study.study_name, importances))
     out = args.out if args.out is not None else Path("runs") / f"report-{args.name}"
-    try:
+    with writing("--out", out):
         paths = write_report(study, out, importances=importances)
-    except OSError as exc:
-        raise DynosimError(f"--out {out}: {exc.strerror or exc}") from None
     console.print("\nwrote " + "  ".join(str(p) for p in paths.values()), highlight=False)
     return 0
 

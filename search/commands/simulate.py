@@ -13,6 +13,7 @@ from dynosim.files import load_deployment
 from dynosim.metrics import LATENCY_METRICS, Metrics
 from dynosim.simulation import Simulation
 from dynosim.workload import Workload, head, load_trace_workload, load_workload_file, speedup
+from search.commands import writing
 
 
 def add_parser(p: argparse.ArgumentParser) -> None:
@@ -120,19 +121,15 @@ def run(args: argparse.Namespace) -> int:
             payload["client"] = {"name": client.name, "metrics": _jsonable(reported)}
         if bands:
             payload["error_bands"] = _jsonable(bands)
-        try:
+        with writing("--json", args.json):
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(payload, indent=2) + "\n")
-        except OSError as exc:
-            raise DynosimError(f"--json {args.json}: {exc.strerror or exc}") from None
         console.print(f"metrics written to {args.json}")
     if args.timeline is not None:
         from search.timeline_plot import write_timeline
 
-        try:
+        with writing("--timeline", args.timeline):
             write_timeline(result, args.timeline, title=title)
-        except OSError as exc:
-            raise DynosimError(f"--timeline {args.timeline}: {exc.strerror or exc}") from None
         console.print(f"timeline written to {args.timeline}")
     return 0
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dynosim.errors import DynosimError
+from search.commands import writing
 
 
 def add_parser(p: argparse.ArgumentParser) -> None:
@@ -89,27 +90,21 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None:
         payload = {"measurements": str(args.measurements), "groups": summaries,
                    "rows": [_row(r) for g in groups for r in g.rows]}  # fmt: skip
-        try:
+        with writing("--json", args.json):
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(payload, indent=2) + "\n")
-        except OSError as exc:
-            raise DynosimError(f"--json {args.json}: {exc.strerror or exc}") from None
         console.print(f"groups written to {args.json}")
     if args.markdown is not None:
-        try:
+        with writing("--markdown", args.markdown):
             args.markdown.write_text(markdown_table(summaries))
-        except OSError as exc:
-            raise DynosimError(f"--markdown {args.markdown}: {exc.strerror or exc}") from None
         console.print(f"table written to {args.markdown}")
     if args.html is not None:
         from search.validation_plot import write_validation
 
-        try:
+        with writing("--html", args.html):
             write_validation(
                 groups, args.html, title=f"simulated vs measured: {args.measurements.name}"
             )
-        except OSError as exc:
-            raise DynosimError(f"--html {args.html}: {exc.strerror or exc}") from None
         console.print(f"plots written to {args.html}")
     return 0
 
