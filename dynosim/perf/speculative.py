@@ -80,21 +80,11 @@ def verify_steps(
     steps = np.empty(out.size, dtype=np.int64)
     streams = np.random.SeedSequence(seed).spawn(out.size)
     for i, need in enumerate(rest.tolist()):
-        rng = np.random.default_rng(streams[i])
-        done = n = 0
-        while done < need:
-            chunk = max(8, need - done)  # at most one token per step: this many steps suffice
-            accept = rng.random((chunk, probs.size)) < probs
-            # tokens per step: 1 + the leading run of accepted draft tokens
-            tokens = 1 + np.cumprod(accept, axis=1).sum(axis=1)
-            reached = np.cumsum(tokens) + done
-            hit = int(np.searchsorted(reached, need))
-            if hit < chunk:
-                n += hit + 1
-                break
-            n += chunk
-            done = int(reached[-1])
-        steps[i] = 1 + n
+        # A step yields at least one token, so ``need`` steps always suffice: draw them all.
+        accept = np.random.default_rng(streams[i]).random((need, probs.size)) < probs
+        # tokens per step: 1 + the leading run of accepted draft tokens
+        reached = np.cumsum(1 + np.cumprod(accept, axis=1).sum(axis=1))
+        steps[i] = 1 + int(np.searchsorted(reached, need)) + (1 if need else 0)
     return steps
 
 
