@@ -19,6 +19,7 @@ import numpy.typing as npt
 import pytest
 
 from dynosim import DeploymentConfig, Request, Simulation
+from dynosim.config import HostConfig, SpeculativeConfig
 from dynosim.engine.policies import SglangWorker, TrtllmWorker, VllmWorker, worker_class
 from dynosim.engine.policies.sglang import CLIP_MAX_NEW_TOKENS
 from dynosim.errors import ConfigError
@@ -96,6 +97,32 @@ def test_fast_forward_equals_stepping_for_every_policy(start: int) -> None:
     for n in range(start, start + 60):
         cfg, reqs, kv = _policy_variant(n)
         _check(cfg, reqs, kv)
+        seen.add(cfg.backend)
+    assert seen == {"sglang", "trtllm"}
+
+
+@pytest.mark.parametrize("start", [0, 40])
+def test_fast_forward_equals_stepping_for_every_policy_with_speculation_and_a_host(
+    start: int,
+) -> None:
+    """The policies' own admission (reservations, retraction, prefill-only steps) with the
+    extra KV of speculative decoding and the host's per-step token queue."""
+    seen: set[str] = set()
+    for n in range(start, start + 40):
+        cfg, reqs, kv = _policy_variant(n)
+        r = random.Random(90_000 + n)
+        count = r.choice([None, 1, 2])
+        processes = {"vllm": "api_server_count", "sglang": "tokenizer_workers"}.get(cfg.backend)
+        host = HostConfig(
+            output_token_us=r.choice([20.0, 500.0]),
+            request_us=r.choice([0.0, 2000.0]),
+            **({processes: count} if processes else {}),  # type: ignore[arg-type]
+        )
+        spec = SpeculativeConfig(
+            num_speculative_tokens=r.choice([1, 3]), acceptance=r.choice([0.0, 0.7, 1.0]),
+            sampling=r.choice(["expected", "sampled"]),
+        )  # fmt: skip
+        _check(replace(cfg, speculative=spec, host=host), reqs, kv)
         seen.add(cfg.backend)
     assert seen == {"sglang", "trtllm"}
 
