@@ -15,6 +15,7 @@ from dynosim.errors import ConfigError
 
 Backend = Literal["vllm", "sglang", "trtllm"]
 Timing = Literal["aic", "roofline"]
+AicDatabaseMode = Literal["hybrid", "silicon"]
 RouterName = Literal["round_robin", "random", "least_loaded", "kv_aware", "kv_load"]
 DType = Literal["bf16", "fp8", "fp8_block", "nvfp4", "mxfp4", "int4_wo"]
 KVDType = Literal["bf16", "fp8"]
@@ -535,6 +536,7 @@ class DeploymentConfig:
     kv_cache_dtype: KVDType | None = None
     host: HostConfig | None = None
     speculative: SpeculativeConfig | None = None
+    aic_database_mode: AicDatabaseMode = "hybrid"
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model:
@@ -543,6 +545,7 @@ class DeploymentConfig:
             raise ConfigError("gpu", self.gpu, "a GPU name from the catalog")
         _choice("backend", self.backend, get_args(Backend))
         _choice("timing", self.timing, get_args(Timing))
+        _choice("aic_database_mode", self.aic_database_mode, get_args(AicDatabaseMode))
         _choice("dtype", self.dtype, get_args(DType))
         _choice("mode", self.mode, get_args(Mode))
         _choice("router", self.router, get_args(RouterName))
@@ -653,6 +656,7 @@ class DeploymentConfig:
             attention_dp=pool.attention_dp,
             kv_cache_dtype=self.kv_cache_dtype,
             speculative=self.speculative if name != "prefill" else None,
+            aic_database_mode=self.aic_database_mode,
         )
 
     @property

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 from collections.abc import Sequence
 
 from dynosim.errors import DynosimError
@@ -60,6 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser(chosen if chosen in COMMANDS else None).parse_args(words)
     module = _command_module(args.command)
     assert module is not None
+    warnings.showwarning = _one_line(args.command)
     try:
         return int(module.run(args) or 0)
     except DynosimError as exc:
@@ -68,6 +70,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"dynosim {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _one_line(command: str):  # type: ignore[no-untyped-def]
+    """Print warnings as ``dynosim COMMAND: warning: MESSAGE`` (no source line)."""
+
+    def show(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
+        print(f"dynosim {command}: warning: {message}", file=file or sys.stderr)
+
+    return show
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import numpy.typing as npt
 
-from dynosim.config import DeploymentConfig
+from dynosim.config import AicDatabaseMode, DeploymentConfig
 from dynosim.errors import ConfigError
 from dynosim.perf.catalog import gpu_spec, model_spec
 from dynosim.perf.model_config import max_context
@@ -99,6 +99,10 @@ QUANT_MODES: dict[str, tuple[str, str | None]] = {
     "mxfp4": ("bfloat16", "w4a16_mxfp4"),
     "int4_wo": ("bfloat16", "int4_wo"),
 }
+# TensorRT-LLM runs MXFP4 experts with MXFP8 activations on Blackwell (its default TRTLLM MoE
+# backend) and with BF16 activations on Hopper (TRITON): the "MoE Backend Support Matrix" of
+# TensorRT-LLM's "Deployment Guide for GPT-OSS on TensorRT-LLM - Blackwell Hardware".
+_MXFP4_MXFP8 = "w4a8_mxfp4_mxfp8"
 _KV_QUANT = {"bf16": "bfloat16", "fp8": "fp8"}
 # Ops whose time depends on the context length (the rest depend on the step's tokens only).
 _ATTENTION_OPS = ("_attention", "_mla_block", "_dsa_block", "_mla_module", "_dsa_module")
@@ -118,11 +122,18 @@ class AicKey:
     moe_tp: int = 1
     attention_dp: int = 1
     kv_dtype: str = "bf16"
+    database_mode: AicDatabaseMode = "hybrid"
 
     def filename(self) -> str:
-        """Cache file name (model ids have their slash replaced)."""
+        """Cache file name (model ids have their slash replaced).
+
+        The database mode is not part of it: the tables are the measured ones whenever
+        AIConfigurator has every point, and the file records whether any were estimated.
+        """
         model = self.aic_model.replace("/", "--")
         par = f"_ep{self.ep}_mtp{self.moe_tp}_adp{self.attention_dp}_kv{self.kv_dtype}"
+        if (moe := quant_modes(self)[1]) != QUANT_MODES[self.dtype][1]:
+            par += f"_moe-{moe}"  # a backend- and GPU-specific MoE format of the dtype
         return (
             f"{model}_{self.gpu}_{self.backend}-{self.backend_version}_tp{self.tp}_{self.dtype}"
             f"{par}_aic{aic_version()}_f{TABLE_FORMAT}.npz"
@@ -177,6 +188,7 @@ def resolve_key(config: DeploymentConfig) -> AicKey:
         moe_tp=config.moe_tp_size if model.is_moe else 1,
         attention_dp=config.attention_dp,
         kv_dtype=config.kv_dtype,
+        database_mode=config.aic_database_mode,
     )
 
 
@@ -215,11 +227,63 @@ def _query_version(gpu: str, backend: str) -> str:
     return version
 
 
-def _compile(key: AicKey) -> Any:
-    with _quiet():
+def quant_modes(key: AicKey) -> tuple[str, str | None]:
+    """AIConfigurator's (GEMM, MoE) quant modes for ``key``'s dtype on its backend and GPU."""
+    gemm, moe = QUANT_MODES[key.dtype]
+    if key.dtype == "mxfp4" and key.backend == "trtllm" and gpu_spec(key.gpu).fp4_flops:
+        return gemm, _MXFP4_MXFP8  # Blackwell: the only GPUs with FP4 tensor cores
+    return gemm, moe
+
+
+@contextlib.contextmanager
+def _database_mode(key: AicKey, mode: str) -> Iterator[None]:
+    """AIConfigurator's perf database of ``key`` in query mode ``mode`` (SILICON | HYBRID).
+
+    The compiled engine takes the mode from the (process-wide, cached) database when it is
+    compiled; the database is put back in SILICON mode afterwards.
+    """
+    if mode == "SILICON":
+        yield
+        return
+    from aiconfigurator_core.sdk import common, perf_database
+
+    db = perf_database.get_database(key.gpu, key.backend, key.backend_version)
+    if db is None:
+        yield
+        return
+    db.set_default_database_mode(common.DatabaseMode[mode])
+    try:
+        yield
+    finally:
+        db.set_default_database_mode(common.DatabaseMode.SILICON)
+
+
+def _compile(key: AicKey, mode: str = "SILICON") -> tuple[Any, str]:
+    """AIConfigurator's compiled engine for ``key``, and why its MoE timing is a proxy ("").
+
+    Block-FP8 experts whose TP shard is not a whole number of quantisation blocks (MiniMax-M2.5
+    at moe_tp 8: 1536 / 8 = 192, blocks of 128) are outside AIConfigurator's data, though the
+    engines run them; with ``database_mode: hybrid`` (and ``dtype: fp8``, the checkpoint's own
+    format) their MoE is timed with AIConfigurator's per-tensor FP8 MoE kernels instead.
+    """
+    gemm, moe = quant_modes(key)
+    try:
+        return _compile_as(key, mode, gemm, moe), ""
+    except ConfigError as err:
+        if not (
+            key.database_mode == "hybrid"
+            and key.dtype == "fp8"
+            and "weight_block_size" in str(err.allowed)
+        ):
+            raise
+        reason = str(err.allowed).rsplit(": ", 1)[-1].removesuffix(")")
+        return _compile_as(key, mode, gemm, "fp8"), f"{reason} MoE timed as per-tensor FP8"
+
+
+def _compile_as(key: AicKey, mode: str, gemm: str, moe: str | None) -> Any:
+    with _quiet(), _database_mode(key, mode):
         from aiconfigurator_core.sdk.engine import EngineHandle
 
-        gemm, moe = QUANT_MODES[key.dtype]
         parallel: dict[str, Any] = {}
         if key.ep > 1 or key.moe_tp > 1 or key.attention_dp > 1:
             parallel = {
@@ -270,9 +334,7 @@ def _op_indices(
             if "out of range" in str(err):
                 break  # the end of the op list
             reason = " ".join(str(err).split())[:300]
-            raise ConfigError(
-                "timing", "aic", f"roofline (AIConfigurator lacks data: {reason})"
-            ) from None
+            raise ConfigError("timing", "aic", f"roofline ({_LACKS_DATA}: {reason})") from None
         if name.endswith(_ATTENTION_OPS):
             attn.append(i)
         elif "logits" in name:
@@ -288,12 +350,24 @@ def _op_indices(
 def check_key(key: AicKey) -> None:
     """Compile ``key`` and walk its op lists once (a second, no tables): cheap feasibility.
 
+    With ``database_mode: hybrid`` an op AIConfigurator has no measurements for is checked
+    again in its HYBRID mode (estimated), so only what cannot be estimated either is refused.
+
     Raises:
         ConfigError: AIConfigurator cannot build the engine or lacks data for one of its ops.
     """
     if (cache_dir() / key.filename()).exists():
         return
-    h = _compile(key)
+    try:
+        _walk(key, "SILICON")
+    except ConfigError as err:
+        if not _estimable(key, err):
+            raise
+        _walk(key, "HYBRID")
+
+
+def _walk(key: AicKey, mode: str) -> None:
+    h, _ = _compile(key, mode)
     with _quiet():
         _op_indices(lambda idx: h.evaluate_context_ops(idx, batch_size=1, s=16))
         _, _, logits = _op_indices(lambda idx: h.evaluate_generation_ops(idx, batch_size=1, s=16))
@@ -301,9 +375,34 @@ def check_key(key: AicKey) -> None:
         raise ConfigError("timing", "aic", "roofline (AIConfigurator op list has no LM head)")
 
 
-def build_tables(key: AicKey) -> dict[str, F64]:
-    """Evaluate AIConfigurator on the grids (a few seconds); values in microseconds."""
-    h = _compile(key)
+def _estimable(key: AicKey, err: ConfigError) -> bool:
+    """Whether ``err`` is missing measurements that HYBRID mode may estimate for ``key``."""
+    return key.database_mode == "hybrid" and _LACKS_DATA in str(err.allowed)
+
+
+_LACKS_DATA = "AIConfigurator lacks data"
+
+
+def build_tables(key: AicKey, mode: str = "SILICON") -> tuple[dict[str, F64], str]:
+    """Evaluate AIConfigurator on the grids (a few seconds); values in microseconds.
+
+    Returns the tables and why any of them is a proxy (see :func:`_compile`; "" if none).
+
+    ``mode`` is AIConfigurator's database query mode: SILICON (measured data only; a missing
+    point is a ConfigError) or HYBRID (measured where it has data, else its speed-of-light
+    time times an empirical factor).
+    """
+    h, note = _compile(key, mode)
+    try:
+        return _evaluate_grids(key, h), note
+    except ConfigError:
+        raise
+    except Exception as err:  # a grid point AIConfigurator has no data for
+        reason = " ".join(str(err).split())[:300]
+        raise ConfigError("timing", "aic", f"roofline ({_LACKS_DATA}: {reason})") from None
+
+
+def _evaluate_grids(key: AicKey, h: Any) -> dict[str, F64]:
     with _quiet():
         # The LM head is priced from the generation op list: MoE context lists omit it.
         ctx_ops, ctx_attn, _ = _op_indices(
@@ -403,31 +502,79 @@ def aic_tables(key: AicKey) -> dict[str, F64]:
     """Tables for ``key``: from memory, else from the disk cache, else built (and cached).
 
     A key AIConfigurator cannot build is remembered (in memory): asking again raises the same
-    ConfigError at once instead of re-evaluating the grid up to the missing point.
+    ConfigError at once instead of re-evaluating the grid up to the missing point. When some
+    of the tables had to be estimated (HYBRID mode), :func:`estimated` says why.
 
     Raises:
-        ConfigError: AIConfigurator cannot build the engine or lacks data on the grid.
+        ConfigError: AIConfigurator cannot build the engine or lacks data on the grid (and,
+            with ``database_mode: silicon``, when the tables on disk were estimated).
     """
     path = cache_dir() / key.filename()
+    tables: dict[str, F64] | None = None
+    note = ""
     try:
         with np.load(path, allow_pickle=False) as data:
-            return {name: np.asarray(data[name], dtype=np.float64) for name in _TABLE_NAMES}
+            tables = {name: np.asarray(data[name], dtype=np.float64) for name in _TABLE_NAMES}
+            note = str(data["estimated"]) if "estimated" in data.files else ""
     except (OSError, KeyError, ValueError):
         pass  # missing or unreadable: rebuild
-    tables = _build_or_error(key)
-    if isinstance(tables, ConfigError):
-        raise ConfigError(tables.field, tables.value, tables.allowed)
-    with contextlib.suppress(OSError):  # a read-only cache is not an error
-        _write_atomic(path, lambda f: np.savez(f, **tables))  # type: ignore[arg-type]
+    if tables is None:
+        built = _build_or_error(key)
+        if isinstance(built, ConfigError):
+            raise ConfigError(built.field, built.value, built.allowed)
+        tables, note = built
+        saved = {**tables, "estimated": np.array(note)}
+        with contextlib.suppress(OSError):  # a read-only cache is not an error
+            _write_atomic(path, lambda f: np.savez(f, **saved))  # type: ignore[arg-type]
+    if note and key.database_mode == "silicon":
+        raise ConfigError("timing", "aic", f"roofline ({_LACKS_DATA}: {note})")
+    _ESTIMATED[key] = note
     return tables
 
 
+_ESTIMATED: dict[AicKey, str] = {}
+
+
+class EstimatedTimingWarning(UserWarning):
+    """Some step times of a deployment are AIConfigurator's estimates, not measurements."""
+
+    def __init__(self, key: AicKey, note: str) -> None:
+        """Say which key and which missing data (``note``, AIConfigurator's words)."""
+        shape = f"tp={key.tp} ep={key.ep} moe_tp={key.moe_tp} attention_dp={key.attention_dp}"
+        super().__init__(
+            f"{key.aic_model} on {key.gpu} with {key.backend} ({shape}, {key.dtype}): step "
+            f"times partly estimated, not measured: {note} (aic_database_mode: hybrid; "
+            "'silicon' refuses instead)"
+        )
+
+
+def estimated(key: AicKey) -> str:
+    """Why some of ``key``'s tables are AIConfigurator estimates, not measurements ("" if none).
+
+    Known once :func:`aic_tables` has loaded the key.
+    """
+    return _ESTIMATED.get(key, "")
+
+
 @functools.lru_cache(maxsize=16)
-def _build_or_error(key: AicKey) -> dict[str, F64] | ConfigError:
+def _build_or_error(key: AicKey) -> tuple[dict[str, F64], str] | ConfigError:
+    """The tables of ``key`` and why any were estimated, or the error that refuses it.
+
+    Measured data first; where AIConfigurator lacks a point and ``key`` allows it, the whole
+    set again in HYBRID mode (its ops with data stay measured).
+    """
     try:
         return build_tables(key)
     except ConfigError as err:
+        if not _estimable(key, err):
+            return err
+        missing = str(err.allowed).removeprefix(f"roofline ({_LACKS_DATA}: ").removesuffix(")")
+        missing = f"no measurements ({missing}): estimated by AIConfigurator's HYBRID mode"
+    try:
+        tables, note = build_tables(key, "HYBRID")
+    except ConfigError as err:
         return err
+    return tables, "; ".join(n for n in (note, missing) if n)
 
 
 def _seg(grid: Sequence[float], x: float) -> tuple[int, float]:
@@ -475,8 +622,16 @@ class AicStepTime:
 
         Raises:
             ConfigError: AIConfigurator lacks the model, GPU, backend or dtype.
+
+        Warns:
+            EstimatedTimingWarning: AIConfigurator had no measurements for some ops at this
+                shape, and they are its estimates (``aic_database_mode: hybrid``).
         """
-        return cls(aic_tables(resolve_key(config)), framework_overhead(config))
+        key = resolve_key(config)
+        tables = aic_tables(key)
+        if note := estimated(key):
+            warnings.warn(EstimatedTimingWarning(key, note), stacklevel=2)
+        return cls(tables, framework_overhead(config))
 
     def _const_us(self, n_tokens: int, n_requests: int) -> float:
         """Attention-free part of a step: other ops, LM head and framework overhead."""

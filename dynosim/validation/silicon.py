@@ -12,6 +12,7 @@ be checked against the measured ones. Only some rows may be used for calibration
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,6 +96,12 @@ def _num(value: str, default: int) -> int:
     return int(value) if value not in ("", "0") else default
 
 
+def _source_concurrency(source: str) -> int | None:
+    """The ``silicon_concurrency=N`` a row's source records, if any."""
+    found = re.search(r"silicon_concurrency=(\d+)", source)
+    return int(found.group(1)) if found else None
+
+
 def parse_row(r: dict[str, str]) -> SiliconRow:
     """One aggregated row of ``silicon_sample.csv``.
 
@@ -107,17 +114,27 @@ def parse_row(r: dict[str, str]) -> SiliconRow:
     spec = model_spec(model)
     dtype = _dtype(model, r["precision"] + r["gemm_quant_mode"])
     adp = _num(r["attention_dp_size"], 1)
+    tp = int(r["tp_size"])
+    clients = int(r["batch_size"]) * adp
     ep = moe_tp = None
     if spec.is_moe:  # a dense model's MoE columns are placeholders (0, 1 or empty)
         ep = _num(r["moe_ep_size"], 1)
         moe_tp = _num(r["moe_tp_size"], 0) or None
+        wide = (moe_tp or 0) * ep
+        if not r["attention_dp_size"] and wide > tp and wide % tp == 0:
+            # No attention-DP column, MoE over more GPUs than attention: vLLM's data parallelism
+            # (--data-parallel-size without expert parallelism shards the experts over the
+            # DP x TP ranks), i.e. attention_dp = (moe_tp x ep) / tp. Only such rows (Qwen3-235B,
+            # vLLM 0.12 on H200) have no column, and their batch_size is the clients recorded.
+            adp = wide // tp
+            clients = _source_concurrency(r["silicon_data_source"]) or int(r["batch_size"])
     return SiliconRow(
         model=model,
         gpu=r["system"],
         backend=r["backend"],
         dtype=dtype,
-        tp=int(r["tp_size"]),
-        concurrency=int(r["batch_size"]) * adp,
+        tp=tp,
+        concurrency=clients,
         isl=int(r["isl"]),
         osl=int(r["osl"]),
         ttft_ms=float(r["silicon_ttft_ms"]),

@@ -148,3 +148,24 @@ def test_binary_yaml_and_unwritable_json_are_one_line_errors(
         err = capsys.readouterr().err.strip()
         assert expected in err
         assert len(err.splitlines()) == 1
+
+
+def test_estimated_step_times_are_a_one_line_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """MiniMax-M2.5 at TP 8: block-FP8 experts AIConfigurator has no kernels for at that split."""
+    dep = _deployment(
+        tmp_path, model="MiniMaxAI/MiniMax-M2.5", tp=8, dtype="fp8", engine={"max_num_seqs": 16}
+    )
+    code = main(["simulate", str(dep), "--workload", str(_workload(tmp_path))])
+    err = capsys.readouterr().err
+    assert code == 0
+    lines = [line for line in err.splitlines() if "warning" in line]
+    assert len(lines) == 1
+    assert lines[0].startswith("dynosim simulate: warning: MiniMaxAI/MiniMax-M2.5 on h200_sxm")
+    assert "partly estimated" in lines[0]
+    assert "per-tensor FP8" in lines[0]
+    strict = _deployment(tmp_path, model="MiniMaxAI/MiniMax-M2.5", tp=8, dtype="fp8",
+                         aic_database_mode="silicon")  # fmt: skip
+    assert main(["simulate", str(strict), "--workload", str(_workload(tmp_path))]) == 2
+    assert "weight_block_size" in capsys.readouterr().err

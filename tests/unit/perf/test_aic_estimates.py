@@ -1,0 +1,123 @@
+"""Shapes AIConfigurator has no measurements for: estimated (HYBRID mode) and said so, or refused.
+
+Also the backend- and GPU-specific MoE format of MXFP4 experts, and the silicon rows whose
+attention-DP column is blank.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dynosim.config import DeploymentConfig
+from dynosim.errors import ConfigError
+from dynosim.perf import aic
+from dynosim.perf.aic import AicStepTime, EstimatedTimingWarning, check_key, quant_modes
+from dynosim.validation.silicon import parse_row
+
+
+@pytest.fixture
+def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An empty table cache, and no tables remembered in memory."""
+    monkeypatch.setenv("DYNOSIM_CACHE_DIR", str(tmp_path))
+    caches = (aic.aic_tables, aic._build_or_error, aic.check_key)
+    for c in caches:
+        c.cache_clear()
+    yield tmp_path
+    for c in caches:
+        c.cache_clear()
+
+
+def gpt_oss(tp: int, mode: str = "hybrid") -> DeploymentConfig:
+    # TensorRT-LLM with --ep_size 1 splits every expert over the tp GPUs (moe_tp = tp); the
+    # shipped data has gpt-oss's MoE at moe_tp 1 only (expert parallelism up to 128).
+    return DeploymentConfig.from_dict({
+        "model": "openai/gpt-oss-120b", "gpu": "b200_sxm", "backend": "trtllm", "tp": tp,
+        "dtype": "mxfp4", "aic_database_mode": mode,
+    })  # fmt: skip
+
+
+def test_missing_moe_data_is_estimated_with_a_warning_and_refused_in_silicon_mode(
+    fresh_cache: Path,
+) -> None:
+    with pytest.raises(ConfigError, match=r"lacks data.*MoE data missing.*moe_tp_size: 2"):
+        AicStepTime.from_config(gpt_oss(2, "silicon"))
+    assert not list(fresh_cache.rglob("*.npz"))  # nothing half-built is cached
+    with pytest.warns(EstimatedTimingWarning, match=r"tp=2 .*moe_tp=2.*estimated.*HYBRID"):
+        model = AicStepTime.from_config(gpt_oss(2))
+    one, many = model.step_us([], 8, 8 * 1024), model.step_us([], 64, 64 * 1024)
+    assert 0 < one < many  # a real, monotone step time
+    # The estimate is remembered on disk: a later silicon-mode run still refuses it.
+    aic.aic_tables.cache_clear()
+    with pytest.raises(ConfigError, match="MoE data missing"):
+        AicStepTime.from_config(gpt_oss(2, "silicon"))
+    # A fully measured shape is the same in both modes and warns nothing.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", EstimatedTimingWarning)
+        measured = AicStepTime.from_config(gpt_oss(1))
+        strict = AicStepTime.from_config(gpt_oss(1, "silicon"))
+    assert measured.step_us([(512, 0)], 32, 32 * 900) == strict.step_us([(512, 0)], 32, 32 * 900)
+    assert aic.estimated(aic.resolve_key(gpt_oss(1))) == ""
+
+
+def test_block_fp8_experts_that_do_not_split_into_blocks_use_per_tensor_fp8_timing() -> None:
+    """MiniMax-M2.5 at TP 8: 1536 / 8 = 192 expert columns per GPU, not a multiple of 128."""
+    c = DeploymentConfig(model="MiniMaxAI/MiniMax-M2.5", gpu="h200_sxm", tp=8, dtype="fp8")
+    check_key(aic.resolve_key(c))  # runs (estimated)
+    with pytest.raises(ConfigError, match="weight_block_size"):
+        check_key(aic.resolve_key(DeploymentConfig.from_dict({
+            **c.to_dict(), "aic_database_mode": "silicon"
+        })))  # fmt: skip
+    with pytest.raises(ConfigError, match="weight_block_size"):  # block FP8 asked for explicitly
+        check_key(
+            aic.resolve_key(DeploymentConfig.from_dict({**c.to_dict(), "dtype": "fp8_block"}))
+        )
+
+
+def test_trtllm_runs_mxfp4_experts_with_mxfp8_activations_on_blackwell_only() -> None:
+    def moe(gpu: str, backend: str) -> str | None:
+        c = DeploymentConfig(
+            model="openai/gpt-oss-120b", gpu=gpu, backend=backend, dtype="mxfp4"
+        )  # fmt: skip
+        return quant_modes(aic.resolve_key(c))[1]
+
+    assert moe("b200_sxm", "trtllm") == moe("gb200", "trtllm") == "w4a8_mxfp4_mxfp8"
+    assert moe("h200_sxm", "trtllm") == "w4a16_mxfp4"  # Hopper: the TRITON MoE backend
+    assert moe("b200_sxm", "vllm") == "w4a16_mxfp4"
+    blackwell = aic.resolve_key(gpt_oss(1))
+    assert blackwell.filename().count("_moe-w4a8_mxfp4_mxfp8") == 1  # not the old tables
+    hopper = aic.resolve_key(DeploymentConfig(
+        model="openai/gpt-oss-120b", gpu="h200_sxm", backend="trtllm", dtype="mxfp4"
+    ))  # fmt: skip
+    assert "_moe-" not in hopper.filename()
+
+
+def test_a_bad_database_mode_is_a_one_line_error() -> None:
+    with pytest.raises(ConfigError, match=r"aic_database_mode: got 'measured'; allowed: hybrid"):
+        DeploymentConfig.from_dict({"model": "Qwen/Qwen3-8B", "gpu": "h100_sxm",
+                                    "aic_database_mode": "measured"})  # fmt: skip
+
+
+def _row(**over: str) -> dict[str, str]:
+    row = {
+        "silicon_data_source": "source_file=x.csv; silicon_concurrency=8", "backend": "vllm",
+        "model_path": "Qwen/Qwen3-235B-A22B-FP8", "system": "h200_sxm", "precision": "fp8",
+        "mode": "agg", "isl": "1000", "osl": "100", "gemm_quant_mode": "fp8", "batch_size": "8",
+        "tp_size": "1", "pp_size": "1", "attention_dp_size": "", "moe_tp_size": "2",
+        "moe_ep_size": "1", "silicon_ttft_ms": "356.9", "silicon_tpot_ms": "54.9",
+    }  # fmt: skip
+    return row | over
+
+
+def test_a_blank_attention_dp_column_is_inferred_from_the_moe_width() -> None:
+    """vLLM data parallelism without EP: experts over DP x TP ranks, attention per DP rank."""
+    row = parse_row(_row())
+    assert (row.tp, row.attention_dp, row.moe_tp, row.ep) == (1, 2, 2, 1)
+    assert row.concurrency == 8  # the clients the source records, not batch_size x DP
+    stated = parse_row(_row(attention_dp_size="2", moe_tp_size="2"))
+    assert (stated.attention_dp, stated.concurrency) == (2, 16)  # batch_size per DP rank
+    plain = parse_row(_row(tp_size="2"))
+    assert (plain.attention_dp, plain.concurrency) == (1, 8)
