@@ -60,6 +60,7 @@ _MAX_TOKENS = 1 << 20  # grid end for step tokens, chunk and context lengths
 _MAX_REQUESTS = 1 << 16  # grid end for requests per step
 _MAX_DECODE_KV = 1 << 27  # grid end for total KV tokens of a decode batch
 _SCALAR_RUN = 20  # decode runs up to this many steps are priced in Python floats (faster)
+_ESTIMATE_FORMAT = 2  # how estimated tables were made: 1 HYBRID; 2 MoE from expert parallelism
 _TABLE_NAMES = (
     "tok_grid",
     "nonattn_us",
@@ -356,7 +357,10 @@ def check_key(key: AicKey) -> None:
     Raises:
         ConfigError: AIConfigurator cannot build the engine or lacks data for one of its ops.
     """
-    if (cache_dir() / key.filename()).exists():
+    path = cache_dir() / key.filename()
+    if path.exists():
+        if key.database_mode == "silicon":
+            aic_tables(key)  # refuses estimated tables
         return
     try:
         _walk(key, "SILICON")
@@ -393,6 +397,9 @@ def build_tables(key: AicKey, mode: str = "SILICON") -> tuple[dict[str, F64], st
     time times an empirical factor).
     """
     h, note = _compile(key, mode)
+    if mode == "HYBRID" and key.moe_tp > 1:
+        h, proxy = _moe_as_expert_parallel(key, h)
+        note = "; ".join(n for n in (note, proxy) if n)
     try:
         return _evaluate_grids(key, h), note
     except ConfigError:
@@ -400,6 +407,82 @@ def build_tables(key: AicKey, mode: str = "SILICON") -> tuple[dict[str, F64], st
     except Exception as err:  # a grid point AIConfigurator has no data for
         reason = " ".join(str(err).split())[:300]
         raise ConfigError("timing", "aic", f"roofline ({_LACKS_DATA}: {reason})") from None
+
+
+def _moe_as_expert_parallel(key: AicKey, h: Any) -> tuple[Any, str]:
+    """``h`` with its unmeasured routed-expert op timed as expert parallelism on the same GPUs.
+
+    AIConfigurator measures some MoE kernels only unsplit (gpt-oss on TensorRT-LLM: every
+    ``moe_tp = 1``, ``ep`` up to 128). Splitting each expert over ``m`` GPUs (``moe_tp = m``)
+    or placing ``1/m`` of the experts on each (``ep = m``) puts the same expert bytes and, on
+    average, the same expert FLOPs on every GPU, so the measured ``moe_tp = 1, ep = m x ep``
+    kernel is a closer proxy than a speed-of-light estimate (gpt-oss on B200 TRT-LLM: TPOT
+    error 70% -> see the issue 8 closing note). Only the routed-expert op is taken from the
+    proxy; dispatch, attention and the rest stay the deployment's own. Returns ``h`` unchanged
+    and "" when there is no such op or the proxy has no measurements either.
+    """
+    proxy_key = AicKey(**{**{f: getattr(key, f) for f in key.__dataclass_fields__},
+                          "moe_tp": 1, "ep": key.ep * key.moe_tp})  # fmt: skip
+    try:
+        proxy, _ = _compile(proxy_key, "SILICON")
+    except ConfigError:
+        return h, ""
+    moe: dict[str, set[int]] = {}
+    with _quiet():
+        for phase in ("context", "generation"):
+            evaluate = getattr(h, f"evaluate_{phase}_ops")
+            other = getattr(proxy, f"evaluate_{phase}_ops")
+            moe[phase] = set()
+            for i in range(256):
+                try:
+                    mine = evaluate([i], batch_size=1, s=16)[0]
+                except Exception:
+                    break  # the end of the op list
+                if not (str(mine[0]).endswith("_moe") and mine[3] != "silicon"):
+                    continue
+                try:
+                    theirs = other([i], batch_size=1, s=16)[0]
+                except Exception:
+                    return h, ""
+                if theirs[0] != mine[0] or theirs[3] != "silicon":
+                    return h, ""
+                moe[phase].add(i)
+    if not (moe["context"] or moe["generation"]):
+        return h, ""
+    note = (
+        f"routed experts timed as AIConfigurator's measured moe_tp=1 ep={proxy_key.ep} "
+        f"kernels (the same expert bytes per GPU as moe_tp={key.moe_tp} ep={key.ep})"
+    )
+    return _MoeFrom(h, proxy, moe["context"], moe["generation"]), note
+
+
+class _MoeFrom:
+    """An engine handle whose ops at some indices are evaluated by another handle.
+
+    The results are the own handle's ops, then the proxy's (not in ``idx`` order): the callers
+    sum their times or ask for one op at a time.
+    """
+
+    def __init__(self, own: Any, proxy: Any, context: set[int], generation: set[int]) -> None:
+        self._own, self._proxy = own, proxy
+        self._moved = {"context": context, "generation": generation}
+
+    def evaluate_context_ops(self, idx: list[int], **kw: Any) -> list[Any]:
+        """The context ops at ``idx`` (AIConfigurator's ``evaluate_context_ops``)."""
+        return self._split("context", idx, kw)
+
+    def evaluate_generation_ops(self, idx: list[int], **kw: Any) -> list[Any]:
+        """The generation ops at ``idx`` (AIConfigurator's ``evaluate_generation_ops``)."""
+        return self._split("generation", idx, kw)
+
+    def _split(self, phase: str, idx: list[int], kw: dict[str, Any]) -> list[Any]:
+        moved = self._moved[phase]
+        name = f"evaluate_{phase}_ops"
+        mine = [i for i in idx if i not in moved]
+        theirs = [i for i in idx if i in moved]
+        # Callers sum the times (AIConfigurator may return one entry for ops of one name).
+        own = getattr(self._own, name)(mine, **kw) if mine else []
+        return [*own, *(getattr(self._proxy, name)(theirs, **kw) if theirs else [])]
 
 
 def _evaluate_grids(key: AicKey, h: Any) -> dict[str, F64]:
@@ -516,14 +599,17 @@ def aic_tables(key: AicKey) -> dict[str, F64]:
         with np.load(path, allow_pickle=False) as data:
             tables = {name: np.asarray(data[name], dtype=np.float64) for name in _TABLE_NAMES}
             note = str(data["estimated"]) if "estimated" in data.files else ""
+            if note and int(data["estimate_format"]) != _ESTIMATE_FORMAT:
+                tables = None  # estimated by an older rule: rebuild
     except (OSError, KeyError, ValueError):
-        pass  # missing or unreadable: rebuild
+        tables = None  # missing or unreadable: rebuild
     if tables is None:
         built = _build_or_error(key)
         if isinstance(built, ConfigError):
             raise ConfigError(built.field, built.value, built.allowed)
         tables, note = built
-        saved = {**tables, "estimated": np.array(note)}
+        marks = {"estimated": np.array(note), "estimate_format": np.array(_ESTIMATE_FORMAT)}
+        saved = {**tables, **marks}
         with contextlib.suppress(OSError):  # a read-only cache is not an error
             _write_atomic(path, lambda f: np.savez(f, **saved))  # type: ignore[arg-type]
     if note and key.database_mode == "silicon":

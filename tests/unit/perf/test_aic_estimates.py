@@ -121,3 +121,33 @@ def test_a_blank_attention_dp_column_is_inferred_from_the_moe_width() -> None:
     assert (stated.attention_dp, stated.concurrency) == (2, 16)  # batch_size per DP rank
     plain = parse_row(_row(tp_size="2"))
     assert (plain.attention_dp, plain.concurrency) == (1, 8)
+
+
+def test_unmeasured_expert_splits_are_timed_as_expert_parallelism_on_the_same_gpus() -> None:
+    """gpt-oss on B200 TRT-LLM at moe_tp 2: the routed-expert op comes from ep 2's kernels."""
+    key = aic.resolve_key(gpt_oss(2))
+    own, _ = aic._compile(key, "HYBRID")
+    mixed, note = aic._moe_as_expert_parallel(key, own)
+    assert "measured moe_tp=1 ep=2 kernels" in note
+    proxy_key = aic.resolve_key(DeploymentConfig.from_dict({**gpt_oss(2).to_dict(), "ep": 2}))
+    proxy, _ = aic._compile(proxy_key, "SILICON")
+    names = [str(own.evaluate_generation_ops([i], batch_size=1, s=16)[0][0]) for i in range(14)]
+    moe = names.index("generation_moe")
+    for i, name in enumerate(names):
+        got = mixed.evaluate_generation_ops([i], batch_size=32, s=2048)[0]
+        want = (proxy if i == moe else own).evaluate_generation_ops([i], batch_size=32, s=2048)[0]
+        assert got == want, name  # only the routed experts are the proxy's
+    assert own.evaluate_generation_ops([moe], batch_size=32, s=2048)[0][3] != "silicon"
+
+
+def test_the_expert_parallel_proxy_is_closer_to_the_measurements_than_hybrid_alone() -> None:
+    """The calibration group this rule was chosen on: gpt-oss-120b / b200_sxm / trtllm, TP 2."""
+    from dynosim.validation.silicon import SiliconRow, agg_rows, replay
+
+    rows = [r for r in agg_rows() if isinstance(r, SiliconRow) and r.model == "openai/gpt-oss-120b"
+            and r.gpu == "b200_sxm" and r.backend == "trtllm" and r.tp == 2]  # fmt: skip
+    assert len(rows) >= 20
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", EstimatedTimingWarning)
+        errors = [abs(replay(r, rounds=2).tpot_error) for r in rows[::7]]
+    assert max(errors) < 0.35  # plain HYBRID estimates were 60-130% off on these rows
