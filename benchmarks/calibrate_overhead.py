@@ -7,10 +7,13 @@ calibration groups of AIConfigurator's ``silicon_sample.csv``
 * Qwen/Qwen3-32B / h100_sxm / trtllm / agg   (fp8)
 * Qwen/Qwen3-32B / h100_sxm / sglang / agg
 
-is replayed with the client that measured it (InferenceX: all clients at once, 10 x c prompts,
-lengths jittered in [0.8, 1] x nominal; no warm-ups before 2026-01) and the recipe's engine
-flags; the step overhead, kernel factors and host per-request cost are fitted by least squares
-on the simulator's own step schedule. All other rows are held out (``dynosim validate``).
+is replayed with the client model that explains its backend's rows best: they record no client
+(their sources are files on someone's machine), so each backend is fitted as a fixed-length
+closed loop and as InferenceX's client (all clients at once, 10 x c prompts, lengths jittered in
+[0.8, 1] x nominal, no warm-ups) and the smaller held-out error wins (SGLang: closed loop;
+TRT-LLM: InferenceX); the step overhead, kernel factors and host per-request cost are fitted by
+least squares on the simulator's own step schedule. All other rows are held out
+(``dynosim validate``).
 
 This script prints the before / after / leave-one-configuration-out errors without writing the
 shipped profile (``--out`` a scratch file); to regenerate the shipped one run the command in

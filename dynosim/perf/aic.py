@@ -37,6 +37,7 @@ import json
 import logging
 import math
 import os
+import re
 import warnings
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
@@ -655,6 +656,7 @@ def _build_or_error(key: AicKey) -> tuple[dict[str, F64], str] | ConfigError:
         if not _estimable(key, err):
             return err
         missing = str(err.allowed).removeprefix(f"roofline ({_LACKS_DATA}: ").removesuffix(")")
+        missing = re.sub(r" at /\S+", "", missing)  # the data file AIConfigurator looked in
         missing = f"no measurements ({missing}): estimated by AIConfigurator's HYBRID mode"
     try:
         tables, note = build_tables(key, "HYBRID")

@@ -41,6 +41,10 @@ DEFAULT_PROFILE = Path(__file__).parent / "profiles" / "default.yaml"
 PROFILE_VERSION = 1
 BACKENDS = ("vllm", "sglang", "trtllm")
 METRICS = ("ttft", "tpot")
+UNRECORDED_CLIENTS = ("closed-loop", "inferencex")
+"""What a measurement that records no client may be replayed as: a plain closed loop (fixed
+lengths, every client's rounds back to back) or InferenceX's client (10 x c prompts, lengths
+jittered in [0.8, 1] x nominal, no warm-up)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,11 +77,17 @@ class HostCalibration:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BackendCalibration:
-    """One backend's calibration: step overhead, host cost, residual spread."""
+    """One backend's calibration: step overhead, host cost, residual spread.
+
+    ``unrecorded_client``: the client model that best explained the fitted rows that record no
+    client (``dynosim calibrate`` tries each of :data:`UNRECORDED_CLIENTS`); such rows of this
+    backend are replayed with it.
+    """
 
     step: StepCalibration = field(default_factory=StepCalibration)
     host: HostCalibration = field(default_factory=HostCalibration)
     sigma: Mapping[str, float] = field(default_factory=dict)
+    unrecorded_client: str = "closed-loop"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,7 +113,12 @@ class CalibrationProfile:
             "version": PROFILE_VERSION,
             "fitted_on": dict(self.fitted_on),
             "backends": {
-                name: {"step": asdict(b.step), "host": asdict(b.host), "sigma": dict(b.sigma)}
+                name: {
+                    "step": asdict(b.step),
+                    "host": asdict(b.host),
+                    "sigma": dict(b.sigma),
+                    "unrecorded_client": b.unrecorded_client,
+                }
                 for name, b in sorted(self.backends.items())
             },
         }
@@ -150,7 +165,8 @@ def profile_from_dict(data: object, where: str) -> CalibrationProfile:
     backends_raw = _section(where, "backends with", top.get("backends"), BACKENDS)
     backends = {}
     for name, raw in backends_raw.items():
-        b = _section(where, f"backends.{name} with", raw, ("step", "host", "sigma"))
+        b = _section(where, f"backends.{name} with", raw,
+                     ("step", "host", "sigma", "unrecorded_client"))  # fmt: skip
         step_keys = ("base_us", "per_request_us", "per_token_us", "prefill", "decode")
         s = _section(where, f"backends.{name}.step with", b.get("step"), step_keys)
         h = _section(where, f"backends.{name}.host with", b.get("host"),
@@ -166,7 +182,16 @@ def profile_from_dict(data: object, where: str) -> CalibrationProfile:
         )
         sigma = {k: _number(where, f"backends.{name}.sigma.{k}", v, 0.0, 10.0)
                  for k, v in g.items()}  # fmt: skip
-        backends[name] = BackendCalibration(step=step, host=host, sigma=sigma)
+        client = b.get("unrecorded_client", "closed-loop")
+        if client not in UNRECORDED_CLIENTS:
+            raise ConfigError(
+                "calibration", where,
+                f"backends.{name}.unrecorded_client {' | '.join(UNRECORDED_CLIENTS)} "
+                f"(got {client!r})",
+            )  # fmt: skip
+        backends[name] = BackendCalibration(
+            step=step, host=host, sigma=sigma, unrecorded_client=client
+        )
     fitted = top.get("fitted_on") or {}
     if not isinstance(fitted, Mapping):
         raise ConfigError("calibration", where, "fitted_on a mapping")

@@ -37,13 +37,14 @@ import numpy.typing as npt
 from scipy.optimize import least_squares
 
 from dynosim.perf.calibration import (
+    UNRECORDED_CLIENTS,
     BackendCalibration,
     CalibrationProfile,
     HostCalibration,
     StepCalibration,
 )
 from dynosim.validation.measurements import Measurement
-from dynosim.validation.validate import replay, row_requests
+from dynosim.validation.validate import assume_client, replay, row_requests
 
 F64 = npt.NDArray[np.float64]
 PARAMS = ("base_us", "per_request_us", "per_token_us", "prefill", "decode",
@@ -108,8 +109,12 @@ def design(
     rounds: int = 4,
     timing: str = "aic",
     progress: Callable[[int, int], None] | None = None,
+    unrecorded_client: str = "closed-loop",
 ) -> Design:
-    """Replay each row once per probe and build the design matrices (one backend's rows)."""
+    """Replay each row once per probe and build the design matrices (one backend's rows).
+
+    Rows that record no client are replayed as ``unrecorded_client``.
+    """
     kept: list[Measurement] = []
     refused: list[tuple[Measurement, str]] = []
     ttft_rows: list[list[float]] = []
@@ -117,7 +122,8 @@ def design(
     for i, m in enumerate(rows):
         t_row, p_row, why = [], [], None
         for probe, unit in PROBES:
-            r = replay(m, rounds=rounds, timing=timing, step=probe, host=_NO_HOST)
+            r = replay(m, rounds=rounds, timing=timing, step=probe, host=_NO_HOST,
+                       unrecorded_client=unrecorded_client)  # fmt: skip
             if r.refused is not None:
                 why = r.refused
                 break
@@ -128,7 +134,7 @@ def design(
         if why is not None:
             refused.append((m, why))
             continue
-        requests, warmup = row_requests(m, rounds)
+        requests, warmup = row_requests(assume_client(m, unrecorded_client), rounds)
         measured = requests[warmup:]
         isl = float(np.mean([q.input_tokens for q in measured])) if measured else float(m.isl)
         t_row += [1e-3, isl * 1e-3]  # host: us -> ms
@@ -225,6 +231,12 @@ class BackendFit:
     loo_ttft: F64
     loo_tpot: F64
 
+    def held_out_error(self) -> float:
+        """Mean absolute relative error of the held-out TTFT plus that of the held-out TPOT."""
+        t = np.abs(self.loo_ttft / self.design.measured_ttft - 1.0)
+        p = np.abs(self.loo_tpot / self.design.measured_tpot - 1.0)
+        return float(t.mean() + p.mean()) if t.size else math.inf
+
     def sigma(self) -> dict[str, float]:
         """Spread of log(held-out prediction / measured) per metric."""
         out = {}
@@ -297,12 +309,25 @@ def calibrate(
             if progress is not None:
                 progress(backend, i, n)
 
-        d = design(ms, rounds=rounds, timing=timing, progress=step_progress)
-        if not d.rows:
+        # Rows that record no client: each candidate client model is fitted, and the one whose
+        # held-out (leave-one-configuration-out) TTFT + TPOT error is smaller is kept.
+        clients = UNRECORDED_CLIENTS if any(m.client is None for m in ms) else ("closed-loop",)
+        best: tuple[float, BackendFit, str] | None = None
+        for client in clients:
+            d = design(ms, rounds=rounds, timing=timing, progress=step_progress,
+                       unrecorded_client=client)  # fmt: skip
+            if not d.rows:
+                break
+            f = fit_backend(d, backend, calibration_theta(start.backend(backend)), opts)
+            if best is None or f.held_out_error() < best[0]:
+                best = (f.held_out_error(), f, client)
+        if best is None:
             continue
-        f = fit_backend(d, backend, calibration_theta(start.backend(backend)), opts)
+        _, f, client = best
         step, host = theta_calibration(f.theta)
-        backends[backend] = BackendCalibration(step=step, host=host, sigma=f.sigma())
+        backends[backend] = BackendCalibration(
+            step=step, host=host, sigma=f.sigma(), unrecorded_client=client
+        )
         fits.append(f)
     groups = sorted({"/".join(m.group[:3]) for f in fits for m in f.design.rows})
     fitted_on: dict[str, Any] = {

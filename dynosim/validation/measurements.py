@@ -5,8 +5,11 @@ Formats, told apart by their content (tool result files: :mod:`dynosim.validatio
 * AIConfigurator's ``silicon_sample.csv`` (``model_path, system, backend, mode, isl, osl,
   batch_size, tp_size, ..., silicon_ttft_ms, silicon_tpot_ms``). The client that produced a row
   is inferred from ``silicon_data_source``: ``db-dump/...`` and ``source_file=...`` rows come
-  from SemiAnalysis InferenceX runs (client ``inferencex``); other sources record no client, and
-  are replayed as a plain closed loop of ``batch_size`` clients. InferenceX rows whose source
+  from SemiAnalysis InferenceX runs (client ``inferencex``), except those naming a file on
+  someone's machine (``source_file=/Users/...``: AIConfigurator's own runs); other sources
+  record no client, and are replayed with the calibration profile's ``unrecorded_client`` for
+  their backend (a plain closed loop of ``batch_size`` clients unless the profile says
+  otherwise). InferenceX rows whose source
   records no ``measured=`` date in or after 2026-01 ran without warm-up requests (the client
   added ``--num-warmups 2*c`` then). A row's deployment (dtype, expert and attention-DP
   parallelism; ``batch_size`` is per DP rank) is read as
@@ -45,7 +48,8 @@ class Measurement:
 
     Attributes:
         where: ``FILE:LINE`` of the row.
-        client: The benchmark client that measured it (None: a plain closed loop).
+        client: The benchmark client that measured it (None: not recorded; replayed as the
+            calibration profile's ``unrecorded_client`` for the backend).
         warmups: Warm-up requests the client sent (None: the client's default).
         engine: Engine fields the row states (``max_num_seqs``...).
         ep, moe_tp, attention_dp: The replica's parallelism (``concurrency`` is the clients of
@@ -132,7 +136,9 @@ def _silicon(path: Path, line: int, r: dict[str, str]) -> Measurement:
     where = f"{path}:{line}"
     source = r.get("silicon_data_source") or ""
     client: ClientName | None = (
-        "inferencex" if source.startswith(("db-dump/", "source_file=")) else None
+        "inferencex"
+        if source.startswith(("db-dump/", "source_file=")) and not _internal(source)
+        else None
     )
     warmups = None if client is None or _measured_since(source, "2026-01") else 0
     base = Measurement(
@@ -167,6 +173,15 @@ def _silicon(path: Path, line: int, r: dict[str, str]) -> Measurement:
         attention_dp=row.attention_dp,
         kv_cache_dtype=row_kv_dtype(row.backend, row.dtype),
     )
+
+
+def _internal(source: str) -> bool:
+    """Whether a row's source names a file on someone's machine (``source_file=/Users/...``).
+
+    Such rows (AIConfigurator's own gap-analysis runs, among them every calibration group)
+    record no client or engine settings (issue 9); InferenceX's files are named by date.
+    """
+    return source.startswith("source_file=/")
 
 
 def _measured_since(source: str, month: str) -> bool:

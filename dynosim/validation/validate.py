@@ -147,6 +147,13 @@ def row_perf(m: Measurement, step: StepCalibration, timing: str = "aic") -> Depl
     return replace(perf, timing=CalibratedStepTime(perf.timing, step, NO_OVERHEAD))
 
 
+def assume_client(m: Measurement, client: str) -> Measurement:
+    """``m`` replayed as ``client`` if it records no client (``closed-loop``: left as it is)."""
+    if m.client is not None or client == "closed-loop":
+        return m
+    return replace(m, client="inferencex", warmups=0)
+
+
 def replay(
     m: Measurement,
     *,
@@ -156,6 +163,7 @@ def replay(
     step: StepCalibration | None = None,
     host: HostCalibration | None = None,
     host_in_sim: bool = False,
+    unrecorded_client: str | None = None,
 ) -> RowResult:
     """Simulate one measurement (refused with the reason when it cannot run).
 
@@ -164,12 +172,14 @@ def replay(
     added to each request's TTFT and latency (:func:`client_metrics`), the form the fit
     assumes; ``host_in_sim`` gives it to the deployment's ``host:`` section instead
     (:mod:`dynosim.host`: the engine sees each request that much later, which also shifts the
-    closed loop's schedule), as ``simulate`` does with a named profile.
+    closed loop's schedule), as ``simulate`` does with a named profile. A row that records no
+    client is replayed as ``unrecorded_client`` (None: the profile's, for the row's backend).
     """
     nan = float("nan")
     if m.refused is not None:
         return RowResult(m, nan, nan, m.refused)
     cal = (profile or load_profile()).backend(m.backend)
+    m = assume_client(m, unrecorded_client or cal.unrecorded_client)
     cost = host or cal.host
     try:
         config = row_config(m, timing)

@@ -101,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
     for f in fits:
         b = profile.backend(f.backend)
         console.print(f"{f.backend}: step {_fmt(b.step)}; host {_fmt(b.host)}; "
-                      f"sigma {dict(b.sigma)}")  # fmt: skip
+                      f"sigma {dict(b.sigma)}; rows without a client replayed as "
+                      f"{b.unrecorded_client}")  # fmt: skip
     for f in fits:
         if f.design.refused:
             m, why = f.design.refused[0]

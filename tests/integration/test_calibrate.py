@@ -32,10 +32,15 @@ def _row(i: int, tp: int, isl: int, osl: int, c: int) -> Measurement:
 @pytest.fixture(scope="module")
 def synthetic() -> list[Measurement]:
     """Rows 'measured' by the simulator with TRUE_STEP and TRUE_HOST (2 requests per client)."""
+    return _measured("closed-loop")
+
+
+def _measured(client: str) -> list[Measurement]:
+    """The rows as the simulator measures them with a client of ``client``'s kind (unrecorded)."""
     out = []
     for i, shape in enumerate(SHAPES):
         m = _row(i, *shape)
-        r = replay(m, rounds=2, step=TRUE_STEP, host=TRUE_HOST)
+        r = replay(m, rounds=2, step=TRUE_STEP, host=TRUE_HOST, unrecorded_client=client)
         assert r.refused is None
         out.append(dataclasses.replace(m, ttft_ms=r.ttft_ms, tpot_ms=r.tpot_ms))
     return out
@@ -71,6 +76,7 @@ def test_calibrate_recovers_known_overheads_within_2_percent(
     for name in ("request_us", "input_token_us"):
         assert getattr(got.host, name) == pytest.approx(getattr(TRUE_HOST, name), rel=0.02), name
     assert got.sigma["tpot"] < 0.05  # held-out spread: each TP predicted from the other
+    assert got.unrecorded_client == "closed-loop"  # the client model that made the rows
     assert profile.fitted_on["rows"] == len(SHAPES)
     assert profile.fitted_on["groups"] == ["meta-llama/Llama-3.1-8B-Instruct/h100_sxm/trtllm"]
     # backends without rows keep the starting profile's values
@@ -81,6 +87,21 @@ def test_calibrate_recovers_known_overheads_within_2_percent(
         assert r.ttft_ms == pytest.approx(m.ttft_ms, rel=0.01)
         assert r.tpot_ms == pytest.approx(m.tpot_ms, rel=0.01)
     assert len(fits) == 1
+
+
+def test_calibrate_tells_which_client_model_made_rows_that_record_none(tmp_path: Path) -> None:
+    """Rows made by a jittered InferenceX-style client: the fit keeps that model, and recovers."""
+    rows = _measured("inferencex")
+    closed = design(rows, rounds=2, unrecorded_client="closed-loop")
+    assert [m.client for m in closed.rows] == [None] * len(SHAPES)
+    profile, _ = calibrate(rows, start=load_profile(), rounds=2,
+                           opts=FitOptions(factor_prior=0.0))  # fmt: skip
+    got = profile.backend("trtllm")
+    assert got.unrecorded_client == "inferencex"
+    assert got.step.base_us == pytest.approx(TRUE_STEP.base_us, rel=0.02)
+    assert got.host.request_us == pytest.approx(TRUE_HOST.request_us, rel=0.02)
+    profile.write(tmp_path / "p.yaml")
+    assert load_profile(tmp_path / "p.yaml").backend("trtllm").unrecorded_client == "inferencex"
 
 
 def test_cli_writes_a_profile_a_deployment_can_use(tmp_path: Path) -> None:
@@ -105,9 +126,11 @@ def test_cli_writes_a_profile_a_deployment_can_use(tmp_path: Path) -> None:
 
 def test_the_host_cost_in_the_simulated_host_equals_the_added_one_for_one_client() -> None:
     m = _row(0, 1, 2048, 32, 1)  # one client: nothing to reorder, the delay only adds
-    added = replay(m, rounds=2, step=TRUE_STEP, host=TRUE_HOST)
-    in_sim = replay(m, rounds=2, step=TRUE_STEP, host=TRUE_HOST, host_in_sim=True)
-    alone = replay(m, rounds=2, step=TRUE_STEP, host=HostCalibration())
+    fixed = "closed-loop"  # every prompt exactly 2048 tokens
+    added = replay(m, rounds=2, step=TRUE_STEP, host=TRUE_HOST, unrecorded_client=fixed)
+    in_sim = replay(m, rounds=2, step=TRUE_STEP, host=TRUE_HOST, host_in_sim=True,
+                    unrecorded_client=fixed)  # fmt: skip
+    alone = replay(m, rounds=2, step=TRUE_STEP, host=HostCalibration(), unrecorded_client=fixed)
     assert added.ttft_ms == pytest.approx(alone.ttft_ms + TRUE_HOST.delay_us(2048) / 1e3)
     assert in_sim.ttft_ms == pytest.approx(added.ttft_ms, abs=0.01)
     assert in_sim.tpot_ms == pytest.approx(added.tpot_ms, rel=1e-6)

@@ -49,10 +49,15 @@ def test_silicon_rows_infer_the_client_and_refuse_what_is_not_modelled(tmp_path:
         "c,internal/path,vllm,Qwen/Qwen3-8B,h200_sxm,,disagg,1000,100,,8,1,1,1,50,10",
         "d,internal/path,vllm,Qwen/Qwen3-8B,h200_sxm,,agg,1000,100,,8,1,1,4,50,10",
         "e,internal/path,vllm,Qwen/Qwen3-8B,h200_sxm,,agg,1000,100,,8,1,2,1,50,10",
+        "f,source_file=2026-04-06.csv; model=Qwen3-8B,vllm,Qwen/Qwen3-8B,h200_sxm,,agg,1000,100,"
+        ",8,1,1,1,50,10",
+        "g,source_file=/Users/someone/data/h200_sxm/vllm/x.csv,vllm,Qwen/Qwen3-8B,h200_sxm,,agg,"
+        "1000,100,,8,1,1,1,50,10",
     ]) + "\n")  # fmt: skip
     rows = read_measurements(f)
-    assert [r.client for r in rows] == ["inferencex", None, None, None, None]
-    assert [r.refused is None for r in rows] == [True, True, False, True, False]
+    # InferenceX's files are named by date; a path on someone's machine records no client
+    assert [r.client for r in rows] == ["inferencex", None, None, None, None, "inferencex", None]
+    assert [r.refused is None for r in rows] == [True, True, False, True, False, True, True]
     assert "disaggregated" in (rows[2].refused or "")
     # attention DP: batch_size is per DP rank, the clients are those of all four ranks
     assert (rows[3].attention_dp, rows[3].concurrency) == (4, 32)

@@ -57,6 +57,10 @@ def test_the_shipped_default_profile_loads_and_names_what_it_was_fitted_on() -> 
         ("backends: {tensorflow: {}}", r"unknown: tensorflow"),
         ("backends: {sglang: {sigma: {ttft: fast}}}", r"sigma.ttft a number"),
         ("version: 7", r"version 1 \(got 7\)"),
+        (
+            "backends: {sglang: {unrecorded_client: aiperf}}",
+            r"unrecorded_client closed-loop \| inferencex \(got 'aiperf'\)",
+        ),
         ("backends: [1, 2", r"invalid YAML"),
     ],
 )
