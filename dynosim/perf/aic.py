@@ -421,8 +421,8 @@ def _moe_as_expert_parallel(key: AicKey, h: Any) -> tuple[Any, str]:
     kernel is a closer proxy than a speed-of-light estimate (gpt-oss on B200 TRT-LLM, the rows
     so estimated: TPOT MAPE 70% with HYBRID's estimate, 16% with this one). Only the
     routed-expert op is taken from the proxy; dispatch, attention and the rest stay the
-    deployment's own. Returns ``h`` unchanged
-    and "" when there is no such op or the proxy has no measurements either.
+    deployment's own. Returns ``h`` unchanged and "" when there is no such op or the proxy has
+    no measurements either.
     """
     proxy_key = dataclasses.replace(key, moe_tp=1, ep=key.ep * key.moe_tp)
     try:
