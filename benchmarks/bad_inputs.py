@@ -478,6 +478,7 @@ def cases() -> list[Case]:
         _dep("planner interval 0", "tp: 1", "tp: 1\nplanner: {adjustment_interval_s: 0}"),
         _dep("planner startup -1", "tp: 1", "tp: 1\nplanner: {startup_s: -1}"),
         _dep("planner policy unknown", "tp: 1", "tp: 1\nplanner: {policy: magic}"),
+        _dep("aic_database_mode unknown", "tp: 1", "tp: 1\naic_database_mode: measured"),
         _dep(
             "planner pool limits with mode agg",
             "tp: 1",
