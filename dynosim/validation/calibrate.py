@@ -290,8 +290,12 @@ def calibrate(
     timing: str = "aic",
     opts: FitOptions | None = None,
     progress: Callable[[str, int, int], None] | None = None,
+    unrecorded_client: str | None = None,
 ) -> tuple[CalibrationProfile, list[BackendFit]]:
     """Fit a profile on ``rows`` (per backend); backends without rows keep ``start``'s values.
+
+    Rows that record no client are fitted as ``unrecorded_client``, or (None) as each of
+    :data:`~dynosim.perf.calibration.UNRECORDED_CLIENTS`, keeping the better held-out fit.
 
     Returns the fitted profile (its ``fitted_on`` names the groups and row count; ``sigma``
     from the held-out predictions) and the per-backend fits (designs and predictions).
@@ -311,7 +315,9 @@ def calibrate(
 
         # Rows that record no client: each candidate client model is fitted, and the one whose
         # held-out (leave-one-configuration-out) TTFT + TPOT error is smaller is kept.
-        clients = UNRECORDED_CLIENTS if any(m.client is None for m in ms) else ("closed-loop",)
+        clients: tuple[str, ...] = ("closed-loop",)
+        if any(m.client is None for m in ms):
+            clients = (unrecorded_client,) if unrecorded_client else UNRECORDED_CLIENTS
         best: tuple[float, BackendFit, str] | None = None
         for client in clients:
             d = design(ms, rounds=rounds, timing=timing, progress=step_progress,

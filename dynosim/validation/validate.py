@@ -210,11 +210,16 @@ def validate(
     profile: CalibrationProfile | None = None,
     host_in_sim: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    unrecorded_client: str | None = None,
 ) -> list[Group]:
-    """Replay every row (with ``profile``, None: the default); groups in order of appearance."""
+    """Replay every row (with ``profile``, None: the default); groups in order of appearance.
+
+    Rows that record no client are replayed as ``unrecorded_client`` (None: the profile's).
+    """
     groups: dict[tuple[str, str, str, str], Group] = {}
     for i, m in enumerate(rows):
-        result = replay(m, rounds=rounds, timing=timing, profile=profile, host_in_sim=host_in_sim)
+        result = replay(m, rounds=rounds, timing=timing, profile=profile, host_in_sim=host_in_sim,
+                        unrecorded_client=unrecorded_client)  # fmt: skip
         groups.setdefault(m.group, Group(m.group)).rows.append(result)
         if progress is not None:
             progress(i + 1, len(rows))

@@ -84,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
             status.update(f"{backend}: probes of row {i:,} of {n:,}...")
 
         profile, fits = calibrate(rows, start=start, rounds=args.rounds, timing=args.timing,
-                                  opts=opts, progress=progress)  # fmt: skip
+                                  opts=opts, progress=progress,
+                                  unrecorded_client=args.unrecorded_client)  # fmt: skip
     command = _command(args)
     profile = type(profile)(
         backends=profile.backends,

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dynosim.errors import DynosimError
+from dynosim.perf.calibration import UNRECORDED_CLIENTS
 from search.commands import writing
 
 
@@ -71,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
 
         profile = load_profile(args.calibration)
         groups = validate(rows, rounds=args.rounds, timing=args.timing, profile=profile,
-                          host_in_sim=args.host_in_sim, progress=progress)  # fmt: skip
+                          host_in_sim=args.host_in_sim, progress=progress,
+                          unrecorded_client=args.unrecorded_client)  # fmt: skip
     summaries = [g.summary() for g in groups]
     t = Table(title=f"simulated vs measured: {args.measurements.name}", title_justify="left")
     for col in ("model", "system", "backend", "mode", "rows", "replayed", "TTFT MAPE %",
@@ -119,6 +121,9 @@ def add_context_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--concurrency", type=int,
                    help="client concurrency of an AIPerf CSV (its JSON records it)")  # fmt: skip
+    p.add_argument("--unrecorded-client", choices=UNRECORDED_CLIENTS, default=None,
+                   help="replay rows that record no client as this (default: the profile's "
+                   "choice per backend; calibrate: try both)")  # fmt: skip
 
 
 def measurement_context(args: argparse.Namespace) -> dict[str, Any]:

@@ -115,12 +115,13 @@ def test_cli_writes_a_profile_a_deployment_can_use(tmp_path: Path) -> None:
     csv.write_text("\n".join(lines) + "\n")
     out = tmp_path / "profile.yaml"
     assert main(["calibrate", str(csv), "--out", str(out), "--rounds", "2", "--no-factors",
-                 "--no-verify"]) == 0  # fmt: skip
+                 "--no-verify", "--unrecorded-client", "inferencex"]) == 0  # fmt: skip
     text = out.read_text()
     assert text.startswith("# dynosim calibration profile, written by:")
     assert "dynosim calibrate" in text
     p = load_profile(out)
     assert p.backend("trtllm").step.prefill == 1.0  # --no-factors
+    assert p.backend("trtllm").unrecorded_client == "inferencex"  # as asked (the rows: closed loop)
     assert p.fitted_on["measurements"] == "m.csv"
 
 

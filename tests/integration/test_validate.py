@@ -115,3 +115,21 @@ def test_inferencex_rows_take_their_recipe_flags() -> None:
     assert (vll.engine.max_num_batched_tokens, vll.engine.block_size) == (16384, 32)
     plain = row_config(Measurement(backend="vllm", **{**base, "client": None}))
     assert plain.engine.max_num_batched_tokens == 8192
+
+
+def test_rows_without_a_client_can_be_replayed_as_either_client_model(tmp_path: Path) -> None:
+    """--unrecorded-client: a fixed-length closed loop, or InferenceX's jittered client."""
+    f = _plain(tmp_path, "Qwen/Qwen3-8B,h200_sxm,vllm,1,2000,64,16,50,10")
+    figures = {}
+    for client in ("closed-loop", "inferencex"):
+        out = tmp_path / f"{client}.json"
+        argv = ["validate", str(f), "--timing", "roofline", "--json", str(out),
+                "--unrecorded-client", client]  # fmt: skip
+        assert main(argv) == 0
+        row = json.loads(out.read_text())["rows"][0]
+        assert row["client"] == (None if client == "closed-loop" else "inferencex")
+        figures[client] = row["simulated_ttft_ms"]
+    # all 16 prompts of 2000 tokens at once (every round) against jittered, spread arrivals
+    assert figures["closed-loop"] > figures["inferencex"]
+    rows = read_measurements(f)
+    assert validate(rows, timing="roofline")[0].rows[0].m.client is None  # vllm: closed loop
