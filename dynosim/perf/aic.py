@@ -319,6 +319,24 @@ def _compile_as(key: AicKey, mode: str, gemm: str, moe: str | None) -> Any:
             ) from None
 
 
+def _probe_ops(evaluate: Callable[[list[int]], list[Any]]) -> list[Any]:
+    """Every op of an op list, one at a time: ``(name, ms, ..., source)`` of each.
+
+    Raises:
+        ConfigError: AIConfigurator lacks data for one of the ops.
+    """
+    ops: list[Any] = []
+    for i in range(256):
+        try:
+            ops.append(evaluate([i])[0])
+        except Exception as err:
+            if "out of range" in str(err):
+                break  # the end of the op list
+            reason = " ".join(str(err).split())[:300]
+            raise ConfigError("timing", "aic", f"roofline ({_LACKS_DATA}: {reason})") from None
+    return ops
+
+
 def _op_indices(
     evaluate: Callable[[list[int]], list[Any]],
 ) -> tuple[list[int], list[int], int]:
@@ -330,14 +348,8 @@ def _op_indices(
     other: list[int] = []
     attn: list[int] = []
     logits = -1
-    for i in range(256):
-        try:
-            name = str(evaluate([i])[0][0])
-        except Exception as err:
-            if "out of range" in str(err):
-                break  # the end of the op list
-            reason = " ".join(str(err).split())[:300]
-            raise ConfigError("timing", "aic", f"roofline ({_LACKS_DATA}: {reason})") from None
+    for i, op in enumerate(_probe_ops(evaluate)):
+        name = str(op[0])
         if name.endswith(_ATTENTION_OPS):
             attn.append(i)
         elif "logits" in name:
@@ -432,14 +444,10 @@ def _moe_as_expert_parallel(key: AicKey, h: Any) -> tuple[Any, str]:
     moe: dict[str, set[int]] = {}
     with _quiet():
         for phase in ("context", "generation"):
-            evaluate = getattr(h, f"evaluate_{phase}_ops")
+            evaluate = functools.partial(getattr(h, f"evaluate_{phase}_ops"), batch_size=1, s=16)
             other = getattr(proxy, f"evaluate_{phase}_ops")
             moe[phase] = set()
-            for i in range(256):
-                try:
-                    mine = evaluate([i], batch_size=1, s=16)[0]
-                except Exception:
-                    break  # the end of the op list
+            for i, mine in enumerate(_probe_ops(evaluate)):
                 if not (str(mine[0]).endswith("_moe") and mine[3] != "silicon"):
                     continue
                 try:
@@ -582,13 +590,19 @@ def _write_atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:
         raise
 
 
-@functools.lru_cache(maxsize=64)
 def aic_tables(key: AicKey) -> dict[str, F64]:
+    """The tables of ``key`` (:func:`load_tables` without the estimate note)."""
+    return load_tables(key)[0]
+
+
+@functools.lru_cache(maxsize=64)
+def load_tables(key: AicKey) -> tuple[dict[str, F64], str]:
     """Tables for ``key``: from memory, else from the disk cache, else built (and cached).
 
-    A key AIConfigurator cannot build is remembered (in memory): asking again raises the same
-    ConfigError at once instead of re-evaluating the grid up to the missing point. When some
-    of the tables had to be estimated (HYBRID mode), :func:`estimated` says why.
+    Returns them and why some of them are AIConfigurator estimates, not measurements ("" if
+    none: HYBRID mode, a proxy kernel). A key AIConfigurator cannot build is remembered (in
+    memory): asking again raises the same ConfigError at once instead of re-evaluating the grid
+    up to the missing point.
 
     Raises:
         ConfigError: AIConfigurator cannot build the engine or lacks data on the grid (and,
@@ -616,11 +630,7 @@ def aic_tables(key: AicKey) -> dict[str, F64]:
             _write_atomic(path, lambda f: np.savez(f, **saved))  # type: ignore[arg-type]
     if note and key.database_mode == "silicon":
         raise ConfigError("timing", "aic", f"roofline ({_LACKS_DATA}: {note})")
-    _ESTIMATED[key] = note
-    return tables
-
-
-_ESTIMATED: dict[AicKey, str] = {}
+    return tables, note
 
 
 class EstimatedTimingWarning(UserWarning):
@@ -634,14 +644,6 @@ class EstimatedTimingWarning(UserWarning):
             f"times partly estimated, not measured: {note} (aic_database_mode: hybrid; "
             "'silicon' refuses instead)"
         )
-
-
-def estimated(key: AicKey) -> str:
-    """Why some of ``key``'s tables are AIConfigurator estimates, not measurements ("" if none).
-
-    Known once :func:`aic_tables` has loaded the key.
-    """
-    return _ESTIMATED.get(key, "")
 
 
 @functools.lru_cache(maxsize=16)
@@ -717,8 +719,8 @@ class AicStepTime:
                 shape, and they are its estimates (``aic_database_mode: hybrid``).
         """
         key = resolve_key(config)
-        tables = aic_tables(key)
-        if note := estimated(key):
+        tables, note = load_tables(key)
+        if note:
             warnings.warn(EstimatedTimingWarning(key, note), stacklevel=2)
         return cls(tables, framework_overhead(config))
 

@@ -27,10 +27,10 @@ def cache_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("dynosim_cache")
     mp = pytest.MonkeyPatch()
     mp.setenv("DYNOSIM_CACHE_DIR", str(root))
-    aic.aic_tables.cache_clear()
+    aic.load_tables.cache_clear()
     yield root
     mp.undo()
-    aic.aic_tables.cache_clear()
+    aic.load_tables.cache_clear()
 
 
 @pytest.fixture(scope="session", params=IMPLEMENTATIONS)
@@ -191,7 +191,7 @@ def test_aic_disk_cache(cache_root: Path) -> None:
     assert path.is_file()
     assert aic.aic_version() in path.name
     assert not list(path.parent.glob("*.tmp"))
-    aic.aic_tables.cache_clear()
+    aic.load_tables.cache_clear()
     loaded = aic.aic_tables(key)  # from disk this time
     with np.load(path) as data:
         assert np.array_equal(loaded["decode_us"], data["decode_us"])
