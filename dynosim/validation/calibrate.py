@@ -110,16 +110,35 @@ def design(
     timing: str = "aic",
     progress: Callable[[int, int], None] | None = None,
     unrecorded_client: str = "closed-loop",
+    reuse: Design | None = None,
 ) -> Design:
     """Replay each row once per probe and build the design matrices (one backend's rows).
 
-    Rows that record no client are replayed as ``unrecorded_client``.
+    Rows that record no client are replayed as ``unrecorded_client``. Rows that do record one
+    replay the same whatever ``unrecorded_client`` is: with ``reuse`` (a design of the same
+    rows for another client model) theirs are taken from it instead of replayed again.
     """
+    done: dict[int, tuple[list[float], list[float], str | None]] = {}
+    if reuse is not None:
+        done = {id(m): (list(t), list(p), None)
+                for m, t, p in zip(reuse.rows, reuse.ttft, reuse.tpot, strict=True)}  # fmt: skip
+        done |= {id(m): ([], [], why) for m, why in reuse.refused}
     kept: list[Measurement] = []
     refused: list[tuple[Measurement, str]] = []
     ttft_rows: list[list[float]] = []
     tpot_rows: list[list[float]] = []
     for i, m in enumerate(rows):
+        if m.client is not None and id(m) in done:
+            t_row, p_row, why = done[id(m)]
+            if why is not None:
+                refused.append((m, why))
+            else:
+                kept.append(m)
+                ttft_rows.append(t_row)
+                tpot_rows.append(p_row)
+            if progress is not None:
+                progress(i + 1, len(rows))
+            continue
         t_row, p_row, why = [], [], None
         for probe, unit in PROBES:
             r = replay(m, rounds=rounds, timing=timing, step=probe, host=_NO_HOST,
@@ -319,14 +338,16 @@ def calibrate(
         if any(m.client is None for m in ms):
             clients = (unrecorded_client,) if unrecorded_client else UNRECORDED_CLIENTS
         best: tuple[float, BackendFit, str] | None = None
+        d = None
         for client in clients:
             d = design(ms, rounds=rounds, timing=timing, progress=step_progress,
-                       unrecorded_client=client)  # fmt: skip
+                       unrecorded_client=client, reuse=d)  # fmt: skip
             if not d.rows:
                 break
             f = fit_backend(d, backend, calibration_theta(start.backend(backend)), opts)
-            if best is None or f.held_out_error() < best[0]:
-                best = (f.held_out_error(), f, client)
+            error = f.held_out_error()
+            if best is None or error < best[0]:
+                best = (error, f, client)
         if best is None:
             continue
         _, f, client = best

@@ -9,13 +9,12 @@ Formats, told apart by their content (tool result files: :mod:`dynosim.validatio
   someone's machine (``source_file=/Users/...``: AIConfigurator's own runs); other sources
   record no client, and are replayed with the calibration profile's ``unrecorded_client`` for
   their backend (a plain closed loop of ``batch_size`` clients unless the profile says
-  otherwise). InferenceX rows whose source
-  records no ``measured=`` date in or after 2026-01 ran without warm-up requests (the client
-  added ``--num-warmups 2*c`` then). A row's deployment (dtype, expert and attention-DP
-  parallelism; ``batch_size`` is per DP rank) is read as
-  :func:`dynosim.validation.silicon.parse_row` reads it for the coverage benchmark;
-  disaggregated rows, pipeline parallelism and what the simulator cannot build are refused with
-  the reason.
+  otherwise). InferenceX rows whose source records no ``measured=`` date in or after 2026-01
+  ran without warm-up requests (the client added ``--num-warmups 2*c`` then). A row's
+  deployment (dtype, expert and attention-DP parallelism; ``batch_size`` is per DP rank) is
+  read as :func:`dynosim.validation.silicon.parse_row` reads it for the coverage benchmark;
+  disaggregated rows, pipeline parallelism and what the simulator cannot build are refused
+  with the reason.
 * A plain CSV: ``model,gpu,backend,tp,isl,osl,concurrency,ttft_ms,tpot_ms`` and optionally
   ``dtype``, ``client`` (inferencex | vllm-bench | aiperf), ``max_num_seqs``,
   ``max_num_batched_tokens``, ``enable_prefix_caching``, ``warmups``.

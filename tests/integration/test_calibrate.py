@@ -135,3 +135,21 @@ def test_the_host_cost_in_the_simulated_host_equals_the_added_one_for_one_client
     assert added.ttft_ms == pytest.approx(alone.ttft_ms + TRUE_HOST.delay_us(2048) / 1e3)
     assert in_sim.ttft_ms == pytest.approx(added.ttft_ms, abs=0.01)
     assert in_sim.tpot_ms == pytest.approx(added.tpot_ms, rel=1e-6)
+
+
+def test_rows_that_record_a_client_are_replayed_once_for_both_client_models(
+    synthetic: list[Measurement], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dynosim.validation import calibrate as cal
+
+    rows = synthetic[:2] + [dataclasses.replace(m, client="vllm-bench") for m in synthetic[2:4]]
+    first = design(rows, rounds=2)
+    fresh = design(rows, rounds=2, unrecorded_client="inferencex")
+    calls = []
+    real = cal.replay
+    monkeypatch.setattr(cal, "replay", lambda m, **kw: calls.append(m) or real(m, **kw))
+    reused = design(rows, rounds=2, unrecorded_client="inferencex", reuse=first)
+    assert np.array_equal(reused.ttft, fresh.ttft)
+    assert np.array_equal(reused.tpot, fresh.tpot)
+    assert [m.where for m in reused.rows] == [m.where for m in fresh.rows]
+    assert {m.where for m in calls} == {m.where for m in synthetic[:2]}  # only the unrecorded
