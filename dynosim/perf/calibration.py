@@ -41,10 +41,13 @@ DEFAULT_PROFILE = Path(__file__).parent / "profiles" / "default.yaml"
 PROFILE_VERSION = 1
 BACKENDS = ("vllm", "sglang", "trtllm")
 METRICS = ("ttft", "tpot")
-UNRECORDED_CLIENTS = ("closed-loop", "inferencex")
+UNRECORDED_CLIENTS = ("closed-loop", "inferencex", "queued")
 """What a measurement that records no client may be replayed as: a plain closed loop (fixed
-lengths, every client's rounds back to back) or InferenceX's client (10 x c prompts, lengths
-jittered in [0.8, 1] x nominal, no warm-up)."""
+lengths, every client's rounds back to back), InferenceX's client (10 x c prompts, lengths
+jittered in [0.8, 1] x nominal, no warm-up), or a closed loop whose harness holds one request
+more than the engine admits (``queued``: c + 1 streams against ``max_num_seqs = c``, so every
+request waits for a slot and its TTFT counts from when it was issued; see
+:func:`dynosim.validation.validate.assume_client`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,13 +84,20 @@ class BackendCalibration:
 
     ``unrecorded_client``: the client model that best explained the fitted rows that record no
     client (``dynosim calibrate`` tries each of :data:`UNRECORDED_CLIENTS`); such rows of this
-    backend are replayed with it.
+    backend are replayed with it. ``unrecorded_sources``: the measurement files (a row's
+    source) whose rows were better explained by another of them (how a benchmark was run is a
+    property of the campaign that produced a file, not of the backend).
     """
 
     step: StepCalibration = field(default_factory=StepCalibration)
     host: HostCalibration = field(default_factory=HostCalibration)
     sigma: Mapping[str, float] = field(default_factory=dict)
     unrecorded_client: str = "closed-loop"
+    unrecorded_sources: Mapping[str, str] = field(default_factory=dict)
+
+    def client_for(self, source: str) -> str:
+        """The client model of a row from ``source`` that records none."""
+        return self.unrecorded_sources.get(source, self.unrecorded_client)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,6 +128,11 @@ class CalibrationProfile:
                     "host": asdict(b.host),
                     "sigma": dict(b.sigma),
                     "unrecorded_client": b.unrecorded_client,
+                    **(
+                        {"unrecorded_sources": dict(sorted(b.unrecorded_sources.items()))}
+                        if b.unrecorded_sources
+                        else {}
+                    ),
                 }
                 for name, b in sorted(self.backends.items())
             },
@@ -137,6 +152,14 @@ def _number(where: str, name: str, value: object, low: float, high: float) -> fl
     if not (low <= x <= high) or math.isnan(x):
         raise ConfigError("calibration", where, f"{name} in [{low:g}, {high:g}] (got {x:g})")
     return x
+
+
+def _client(where: str, name: str, value: object) -> str:
+    if value not in UNRECORDED_CLIENTS:
+        raise ConfigError(
+            "calibration", where, f"{name} {' | '.join(UNRECORDED_CLIENTS)} (got {value!r})"
+        )
+    return str(value)
 
 
 def _section(where: str, name: str, data: object, keys: tuple[str, ...]) -> dict[str, Any]:
@@ -165,8 +188,8 @@ def profile_from_dict(data: object, where: str) -> CalibrationProfile:
     backends_raw = _section(where, "backends with", top.get("backends"), BACKENDS)
     backends = {}
     for name, raw in backends_raw.items():
-        b = _section(where, f"backends.{name} with", raw,
-                     ("step", "host", "sigma", "unrecorded_client"))  # fmt: skip
+        keys = ("step", "host", "sigma", "unrecorded_client", "unrecorded_sources")
+        b = _section(where, f"backends.{name} with", raw, keys)
         step_keys = ("base_us", "per_request_us", "per_token_us", "prefill", "decode")
         s = _section(where, f"backends.{name}.step with", b.get("step"), step_keys)
         h = _section(where, f"backends.{name}.host with", b.get("host"),
@@ -182,16 +205,19 @@ def profile_from_dict(data: object, where: str) -> CalibrationProfile:
         )
         sigma = {k: _number(where, f"backends.{name}.sigma.{k}", v, 0.0, 10.0)
                  for k, v in g.items()}  # fmt: skip
-        client = b.get("unrecorded_client", "closed-loop")
-        if client not in UNRECORDED_CLIENTS:
-            raise ConfigError(
-                "calibration", where,
-                f"backends.{name}.unrecorded_client {' | '.join(UNRECORDED_CLIENTS)} "
-                f"(got {client!r})",
-            )  # fmt: skip
+        client = _client(where, f"backends.{name}.unrecorded_client",
+                         b.get("unrecorded_client", "closed-loop"))  # fmt: skip
+        sources_raw = b.get("unrecorded_sources") or {}
+        if not isinstance(sources_raw, Mapping):
+            kind = type(sources_raw).__name__
+            what = f"backends.{name}.unrecorded_sources a mapping (got {kind})"
+            raise ConfigError("calibration", where, what)
+        sources = {str(k): _client(where, f"backends.{name}.unrecorded_sources[{k!r}]", v)
+                   for k, v in sources_raw.items()}  # fmt: skip
         backends[name] = BackendCalibration(
-            step=step, host=host, sigma=sigma, unrecorded_client=client
-        )
+            step=step, host=host, sigma=sigma, unrecorded_client=client,
+            unrecorded_sources=sources,
+        )  # fmt: skip
     fitted = top.get("fitted_on") or {}
     if not isinstance(fitted, Mapping):
         raise ConfigError("calibration", where, "fitted_on a mapping")

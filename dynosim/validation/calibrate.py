@@ -284,6 +284,72 @@ def fit_backend(d: Design, backend: str, before: F64, opts: FitOptions) -> Backe
     return BackendFit(backend, d, theta, before, loo_t, loo_p)
 
 
+def mixed_design(
+    rows: Sequence[Measurement], designs: dict[str, Design], default: str, chosen: dict[str, str]
+) -> Design:
+    """The design of ``rows``, each row that records no client from its source's client.
+
+    That is ``chosen[source]``, else ``default``; rows that record a client are the same in
+    every design.
+    """
+    index = {c: {id(m): i for i, m in enumerate(d.rows)} for c, d in designs.items()}
+    why = {c: {id(m): r for m, r in d.refused} for c, d in designs.items()}
+    kept, refused, ttft, tpot = [], [], [], []
+    for m in rows:
+        c = chosen.get(m.source, default) if m.client is None else default
+        i = index[c].get(id(m))
+        if i is None:
+            if id(m) in why[c]:
+                refused.append((m, why[c][id(m)]))
+            continue
+        kept.append(m)
+        ttft.append(designs[c].ttft[i])
+        tpot.append(designs[c].tpot[i])
+    shape = (len(kept), len(PARAMS))
+    return Design(
+        rows=kept,
+        ttft=np.array(ttft, dtype=np.float64).reshape(shape),
+        tpot=np.array(tpot, dtype=np.float64).reshape(shape),
+        refused=refused,
+    )
+
+
+def choose_clients(
+    rows: Sequence[Measurement],
+    designs: dict[str, Design],
+    backend: str,
+    before: F64,
+    opts: FitOptions,
+) -> tuple[str, dict[str, str], BackendFit]:
+    """The client model of each source of rows that record none, and the fit with them.
+
+    First the one client for every source whose fit has the smallest held-out error (the
+    backend's default, for sources not fitted on); then, source by source (in sorted order,
+    until nothing changes), another client where it makes that error smaller. Returns the
+    default, the client of each source, and the fit.
+    """
+    sources = sorted({m.source for m in rows if m.client is None})
+
+    def fit(default: str, chosen: dict[str, str]) -> BackendFit:
+        return fit_backend(mixed_design(rows, designs, default, chosen), backend, before, opts)
+
+    fits = {c: fit(c, {}) for c in designs}
+    default = min(designs, key=lambda c: fits[c].held_out_error())
+    chosen = dict.fromkeys(sources, default)
+    best = fits[default]
+    changed = len(designs) > 1 and len(sources) > 1
+    while changed:
+        changed = False
+        for source in sources:
+            for c in designs:
+                if c == chosen[source]:
+                    continue
+                trial = fit(default, chosen | {source: c})
+                if trial.held_out_error() < best.held_out_error() - 1e-9:
+                    chosen[source], best, changed = c, trial, True
+    return default, chosen, best
+
+
 def group_errors(
     rows: Sequence[Measurement], ttft: F64, tpot: F64
 ) -> dict[tuple[str, str, str, str], dict[str, float]]:
@@ -332,29 +398,27 @@ def calibrate(
             if progress is not None:
                 progress(backend, i, n)
 
-        # Rows that record no client: each candidate client model is fitted, and the one whose
-        # held-out (leave-one-configuration-out) TTFT + TPOT error is smaller is kept.
+        # Rows that record no client: each candidate client model is replayed, and each source
+        # (measurement file) of such rows gets the one that makes the held-out
+        # (leave-one-configuration-out) TTFT + TPOT error of the backend's fit smallest.
         clients: tuple[str, ...] = ("closed-loop",)
         if any(m.client is None for m in ms):
             clients = (unrecorded_client,) if unrecorded_client else UNRECORDED_CLIENTS
-        best: tuple[float, BackendFit, str] | None = None
+        designs: dict[str, Design] = {}
         d = None
         for client in clients:
             d = design(ms, rounds=rounds, timing=timing, progress=step_progress,
                        unrecorded_client=client, reuse=d)  # fmt: skip
-            if not d.rows:
-                break
-            f = fit_backend(d, backend, calibration_theta(start.backend(backend)), opts)
-            error = f.held_out_error()
-            if best is None or error < best[0]:
-                best = (error, f, client)
-        if best is None:
+            designs[client] = d
+        if d is None or not d.rows:
             continue
-        _, f, client = best
+        before = calibration_theta(start.backend(backend))
+        default, chosen, f = choose_clients(ms, designs, backend, before, opts)
         step, host = theta_calibration(f.theta)
         backends[backend] = BackendCalibration(
-            step=step, host=host, sigma=f.sigma(), unrecorded_client=client
-        )
+            step=step, host=host, sigma=f.sigma(), unrecorded_client=default,
+            unrecorded_sources={s: c for s, c in chosen.items() if c != default},
+        )  # fmt: skip
         fits.append(f)
     groups = sorted({"/".join(m.group[:3]) for f in fits for m in f.design.rows})
     fitted_on: dict[str, Any] = {

@@ -55,6 +55,11 @@ class Measurement:
             all its DP ranks together).
         kv_cache_dtype: The KV cache's element type when not the dtype's default.
         refused: Why the row cannot be replayed (None: it can).
+        source: The file the row's figures came from, as the row names it (AIConfigurator's
+            ``silicon_data_source`` up to its first ``;``, without ``source_file=``; empty
+            for other formats). A calibration profile may name a client model per source.
+        queued: Requests the benchmark harness holds beyond ``concurrency`` (the ``queued``
+            client model: they wait for an engine slot, and their TTFT counts the wait).
     """
 
     where: str
@@ -77,6 +82,8 @@ class Measurement:
     attention_dp: int = 1
     kv_cache_dtype: str | None = None
     refused: str | None = None
+    source: str = ""
+    queued: int = 0
 
     @property
     def group(self) -> tuple[str, str, str, str]:
@@ -154,6 +161,7 @@ def _silicon(path: Path, line: int, r: dict[str, str]) -> Measurement:
         mode=r.get("mode") or "agg",
         client=client,
         warmups=warmups,
+        source=source.split(";", 1)[0].strip().removeprefix("source_file="),
     )
     if base.mode != "agg":
         return replace(base, refused=f"mode {base.mode} (disaggregated rows are not replayed yet)")

@@ -133,7 +133,8 @@ def row_requests(m: Measurement, rounds: int) -> tuple[list[Request], int]:
             extra["warmups"] = m.warmups
         c = BenchmarkClient(name=name, concurrency=m.concurrency, isl=m.isl, osl=m.osl, **extra)
         return client_requests(c), c.warmup_count
-    return closed_loop_requests(m.concurrency, m.concurrency * rounds, m.isl, m.osl), 0
+    streams = m.concurrency + m.queued
+    return closed_loop_requests(streams, streams * rounds, m.isl, m.osl), 0
 
 
 def row_perf(m: Measurement, step: StepCalibration, timing: str = "aic") -> DeploymentPerf:
@@ -148,9 +149,20 @@ def row_perf(m: Measurement, step: StepCalibration, timing: str = "aic") -> Depl
 
 
 def assume_client(m: Measurement, client: str) -> Measurement:
-    """``m`` replayed as ``client`` if it records no client (``closed-loop``: left as it is)."""
+    """``m`` replayed as ``client`` if it records no client (``closed-loop``: left as it is).
+
+    ``inferencex``: InferenceX's client without warm-up. ``queued``: the closed loop with one
+    request more than the engine admits (``concurrency + 1`` fixed-length streams, the engine's
+    ``max_num_seqs`` still the concurrency): each request waits for a slot to free, and its
+    TTFT counts that wait, which adds about one inter-completion time (latency / c) to the
+    mean TTFT and nothing to TPOT (the signature of AIConfigurator's Llama-3.1-8B TRT-LLM
+    rows: at c = 8 their TTFT grows by 1.0 x ΔOSL x TPOT / c from OSL 128 to 512 on every TP
+    and ISL, where a plain closed loop's does not grow at all).
+    """
     if m.client is not None or client == "closed-loop":
         return m
+    if client == "queued":
+        return replace(m, queued=1)
     return replace(m, client="inferencex", warmups=0)
 
 
@@ -173,13 +185,14 @@ def replay(
     assumes; ``host_in_sim`` gives it to the deployment's ``host:`` section instead
     (:mod:`dynosim.host`: the engine sees each request that much later, which also shifts the
     closed loop's schedule), as ``simulate`` does with a named profile. A row that records no
-    client is replayed as ``unrecorded_client`` (None: the profile's, for the row's backend).
+    client is replayed as ``unrecorded_client`` (None: the profile's, for the row's backend
+    and source).
     """
     nan = float("nan")
     if m.refused is not None:
         return RowResult(m, nan, nan, m.refused)
     cal = (profile or load_profile()).backend(m.backend)
-    m = assume_client(m, unrecorded_client or cal.unrecorded_client)
+    m = assume_client(m, unrecorded_client or cal.client_for(m.source))
     cost = host or cal.host
     try:
         config = row_config(m, timing)

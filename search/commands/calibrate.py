@@ -104,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"{f.backend}: step {_fmt(b.step)}; host {_fmt(b.host)}; "
                       f"sigma {dict(b.sigma)}; rows without a client replayed as "
                       f"{b.unrecorded_client}")  # fmt: skip
+        for source, client in sorted(b.unrecorded_sources.items()):
+            console.print(f"  except those of {source}: {client}")
     for f in fits:
         if f.design.refused:
             m, why = f.design.refused[0]

@@ -182,6 +182,7 @@ def _row(r: Any) -> dict[str, Any]:
 
     return {"where": m.where, "model": m.model, "system": m.gpu, "backend": m.backend,
             "tp": m.tp, "isl": m.isl, "osl": m.osl, "concurrency": m.concurrency,
-            "client": m.client, "measured_ttft_ms": m.ttft_ms, "measured_tpot_ms": m.tpot_ms,
+            "client": m.client or ("queued" if m.queued else None),
+            "measured_ttft_ms": m.ttft_ms, "measured_tpot_ms": m.tpot_ms,
             "simulated_ttft_ms": num(r.ttft_ms), "simulated_tpot_ms": num(r.tpot_ms),
             "refused": r.refused}  # fmt: skip

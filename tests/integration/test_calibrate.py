@@ -104,6 +104,31 @@ def test_calibrate_tells_which_client_model_made_rows_that_record_none(tmp_path:
     assert load_profile(tmp_path / "p.yaml").backend("trtllm").unrecorded_client == "inferencex"
 
 
+def test_calibrate_tells_the_client_model_of_each_source(tmp_path: Path) -> None:
+    """Two files of rows that record no client, one made by a closed loop and one by a harness
+    that queues a request ahead (``queued``): each source gets its own model, the overheads are
+    recovered, and ``validate`` replays each file's rows with its model from the profile."""
+    closed = [dataclasses.replace(m, source="closed.csv") for m in _measured("closed-loop")]
+    queued = [dataclasses.replace(m, where=f"q{m.where}", source="queued.csv")
+              for m in _measured("queued")]  # fmt: skip
+    # the queued rows' TTFT holds one wait for a slot more than the closed loop's
+    assert all(q.ttft_ms > c.ttft_ms for q, c in zip(queued, closed, strict=True))
+    profile, _ = calibrate(closed + queued, start=load_profile(), rounds=2,
+                           opts=FitOptions(factor_prior=0.0))  # fmt: skip
+    got = profile.backend("trtllm")
+    assert {got.client_for("closed.csv"), got.client_for("queued.csv")} == {"closed-loop", "queued"}
+    assert got.client_for("queued.csv") == "queued"
+    for name in ("base_us", "per_request_us", "prefill", "decode"):
+        assert getattr(got.step, name) == pytest.approx(getattr(TRUE_STEP, name), rel=0.02), name
+    assert got.host.request_us == pytest.approx(TRUE_HOST.request_us, rel=0.02)
+    profile.write(tmp_path / "p.yaml")
+    again = load_profile(tmp_path / "p.yaml")
+    assert again.backend("trtllm").unrecorded_sources == got.unrecorded_sources
+    for m in (closed[2], queued[2]):
+        r = replay(m, rounds=2, profile=again)
+        assert r.ttft_ms == pytest.approx(m.ttft_ms, rel=0.01)
+
+
 def test_cli_writes_a_profile_a_deployment_can_use(tmp_path: Path) -> None:
     csv = tmp_path / "m.csv"
     lines = ["model,gpu,backend,tp,isl,osl,concurrency,ttft_ms,tpot_ms"]

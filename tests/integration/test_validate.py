@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from dynosim.errors import WorkloadError
-from dynosim.validation.measurements import read_measurements
-from dynosim.validation.validate import validate
+from dynosim.perf.calibration import HostCalibration
+from dynosim.validation.measurements import Measurement, read_measurements
+from dynosim.validation.validate import replay, validate
 from search.cli import main
 
 HEADER = "model,gpu,backend,tp,isl,osl,concurrency,ttft_ms,tpot_ms"
@@ -62,6 +63,9 @@ def test_silicon_rows_infer_the_client_and_refuse_what_is_not_modelled(tmp_path:
     # attention DP: batch_size is per DP rank, the clients are those of all four ranks
     assert (rows[3].attention_dp, rows[3].concurrency) == (4, 32)
     assert "pp_size" in (rows[4].refused or "")
+    # the source file a profile can name a client model for
+    assert rows[6].source == "/Users/someone/data/h200_sxm/vllm/x.csv"
+    assert rows[5].source == "2026-04-06.csv"
 
 
 def test_replay_reports_errors_per_group(tmp_path: Path) -> None:
@@ -133,3 +137,18 @@ def test_rows_without_a_client_can_be_replayed_as_either_client_model(tmp_path: 
     assert figures["closed-loop"] > figures["inferencex"]
     rows = read_measurements(f)
     assert validate(rows, timing="roofline")[0].rows[0].m.client is None  # vllm: closed loop
+
+
+def test_a_queued_harness_adds_a_wait_for_a_slot_to_ttft_and_nothing_to_tpot() -> None:
+    """``queued``: c + 1 fixed-length streams against ``max_num_seqs = c``. Every request waits
+    for a slot; the mean wait is a fraction of a request's latency over c (the requests that
+    free slots finish together, so each round one request waits a whole latency)."""
+    for c in (4, 8):
+        m = Measurement(where="x:1", model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100_sxm",
+                        backend="trtllm", tp=1, isl=256, osl=128, concurrency=c, ttft_ms=1.0,
+                        tpot_ms=1.0)  # fmt: skip
+        plain = replay(m, rounds=8, unrecorded_client="closed-loop", host=HostCalibration())
+        queued = replay(m, rounds=8, unrecorded_client="queued", host=HostCalibration())
+        latency = plain.ttft_ms + (m.osl - 1) * plain.tpot_ms
+        assert 0.5 * latency / c < queued.ttft_ms - plain.ttft_ms < 1.1 * latency / c
+        assert queued.tpot_ms == pytest.approx(plain.tpot_ms, rel=0.03)  # c decode at a time

@@ -59,8 +59,13 @@ def test_the_shipped_default_profile_loads_and_names_what_it_was_fitted_on() -> 
         ("version: 7", r"version 1 \(got 7\)"),
         (
             "backends: {sglang: {unrecorded_client: aiperf}}",
-            r"unrecorded_client closed-loop \| inferencex \(got 'aiperf'\)",
+            r"unrecorded_client closed-loop \| inferencex \| queued \(got 'aiperf'\)",
         ),
+        (
+            "backends: {trtllm: {unrecorded_sources: {a.csv: bursty}}}",
+            r"unrecorded_sources\['a.csv'\] closed-loop \| inferencex \| queued \(got 'bursty'\)",
+        ),
+        ("backends: {trtllm: {unrecorded_sources: [a.csv]}}", r"unrecorded_sources a mapping"),
         ("backends: [1, 2", r"invalid YAML"),
     ],
 )
