@@ -6,8 +6,8 @@ fixed ISL/OSL, prefix caching off: :mod:`dynosim.validation.silicon`) or refused
 one-line reason. Per (model, system, backend) the script prints the rows run and refused, the
 TPOT and TTFT mean absolute percentage errors of the rows run, and the refusal reasons (counted).
 Nothing is fitted here: the step times are AIConfigurator's and the framework overheads are the
-shipped defaults (fitted only on ``CALIBRATION_GROUPS``; groups marked ``cal`` below are the
-calibration groups, plus the two this issue names for MoE calibration).
+shipped defaults (fitted only on ``CALIBRATION_GROUPS``, among them the two MoE groups issue 8
+names; groups marked ``cal`` below are those).
 
 Run: ``.venv/bin/python benchmarks/silicon_coverage.py`` (every row: the figure; table builds
 take a few seconds per new shape the first time, then come from ``~/.cache/dynosim``), or
@@ -40,10 +40,6 @@ from dynosim.validation.silicon import (
     row_config,
 )
 
-MOE_CALIBRATION_GROUPS = (
-    ("Qwen/Qwen3-235B-A22B-FP8", "h100_sxm", "trtllm"),
-    ("openai/gpt-oss-120b", "b200_sxm", "trtllm"),
-)
 Group = tuple[str, str, str]
 
 
@@ -134,7 +130,7 @@ def _mape(errs: list[float]) -> str:
 
 def report(results: dict[Group, GroupResult]) -> dict[str, object]:
     """Print the per-group table and the totals; return them as plain data."""
-    cal = set(CALIBRATION_GROUPS) | set(MOE_CALIBRATION_GROUPS)
+    cal = set(CALIBRATION_GROUPS)
     print(f"{'model / system / backend':66s} {'rows':>5s} {'run':>5s} {'refused':>7s} "
           f"{'TPOT':>6s} {'TTFT':>6s}")  # fmt: skip
     total = ran = refused = skipped = 0

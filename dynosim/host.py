@@ -5,10 +5,13 @@ default; ``--api-server-count N`` runs N, vllm-project/vllm RFC #12705 "the API 
 single process, utilizing a single CPU ... it is important that we scale the API server", PR
 #17546 which added the flag) and SGLang's TokenizerManager ("receiving requests, tokenizing,
 streaming results ... may encounter single-core bottlenecks under high-concurrency",
-sgl-project/sglang issue #6553; ``--tokenizer-worker-num N`` since PR #8964). This module is
-their model, driven by :class:`dynosim.config.HostConfig`: ``c`` processes per replica
-(``api_server_count`` | ``tokenizer_workers``; unset = unbounded), and three CPU costs of one
-process.
+sgl-project/sglang issue #6553; ``--tokenizer-worker-num N`` since PR #8964) and
+``trtllm-serve``, whose own process turns the engine's responses into OpenAI chunks unless
+``--num_postprocess_workers N`` (default 0) starts N processes for it
+(tensorrt_llm/commands/serve.py). This module is their model, driven by
+:class:`dynosim.config.HostConfig`: ``c`` processes per replica (``api_server_count`` |
+``tokenizer_workers`` | ``postprocess_workers``, 0 of which is the server's one process; unset
+= unbounded), and three CPU costs of one process.
 
 **Tokenisation** (a queue in front of the router). A request arriving at ``a`` needs
 ``s = request_us + input_token_us * input_tokens`` (rounded to whole microseconds) of one

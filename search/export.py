@@ -405,7 +405,8 @@ def _host_flags(cfg: DeploymentConfig, notes: list[str]) -> list[str]:
     """The host-process flags of a standalone server.
 
     vLLM ``--api-server-count`` (vllm-project/vllm PR #17546), SGLang ``--tokenizer-worker-num``
-    (sgl-project/sglang PR #8964); the host's costs are simulator inputs with no flag.
+    (sgl-project/sglang PR #8964), TensorRT-LLM ``--num_postprocess_workers``
+    (tensorrt_llm/commands/serve.py); the host's costs are simulator inputs with no flag.
     """
     h = cfg.host
     if h is None:
@@ -416,6 +417,8 @@ def _host_flags(cfg: DeploymentConfig, notes: list[str]) -> list[str]:
         return ["--api-server-count", str(h.api_server_count)]
     if h.tokenizer_workers is not None:
         return ["--tokenizer-worker-num", str(h.tokenizer_workers)]
+    if h.postprocess_workers is not None:
+        return ["--num_postprocess_workers", str(h.postprocess_workers)]
     return []
 
 

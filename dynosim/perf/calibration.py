@@ -9,7 +9,9 @@ A profile is a YAML file (``calibration: PROFILE.yaml`` in a deployment; absent:
   and ``prefill`` (what its prefill chunks add to it);
 * ``host``: per-request host cost in front of the engine, ``request_us`` (HTTP, request setup,
   the tokenizer call, first-token streaming) and ``input_token_us`` (tokenisation per prompt
-  token): the deployment's ``host:`` section takes these unless it sets its own;
+  token), and ``output_token_us``, the time the server's process spends streaming one output
+  token (it saturates at high token rates): the deployment's ``host:`` section takes these
+  unless it sets its own;
 * ``sigma``: the residual spread, the standard deviation of ``log(simulated / measured)`` per
   metric (``ttft``, ``tpot``) on the rows the profile was checked on, for error bands.
 
@@ -27,7 +29,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from statistics import NormalDist
 from typing import Any
@@ -44,9 +46,9 @@ METRICS = ("ttft", "tpot")
 UNRECORDED_CLIENTS = ("closed-loop", "inferencex", "queued")
 """What a measurement that records no client may be replayed as: a plain closed loop (fixed
 lengths, every client's rounds back to back), InferenceX's client (10 x c prompts, lengths
-jittered in [0.8, 1] x nominal, no warm-up), or a closed loop whose harness holds one request
-more than the engine admits (``queued``: c + 1 streams against ``max_num_seqs = c``, so every
-request waits for a slot and its TTFT counts from when it was issued; see
+jittered in [0.8, 1] x nominal, no warm-up), or that client with one stream more than the
+engine admits (``queued``: c + 1 streams against ``max_num_seqs = c``, so every request waits
+for a slot and its TTFT counts from when it was issued; see
 :func:`dynosim.validation.validate.assume_client`)."""
 
 
@@ -68,14 +70,41 @@ class StepCalibration:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HostCalibration:
-    """Per-request host cost in front of the engine (microseconds)."""
+    """Host cost in front of the engine (microseconds).
+
+    ``request_us`` and ``input_token_us``: per request, a delay in its TTFT and latency.
+    ``output_token_us``: the server's own process(es) stream each output token for that long
+    (:mod:`dynosim.host`, with the server's default process count,
+    :data:`dynosim.config.SERVER_DEFAULT_HOST`): a delay while they keep up, a queue in front
+    of every token and, in a closed loop, the limit of the whole run's throughput once they
+    do not.
+    """
 
     request_us: float = 0.0
     input_token_us: float = 0.0
+    output_token_us: float = 0.0
 
     def delay_us(self, input_tokens: int) -> float:
         """The host time of one request of ``input_tokens`` prompt tokens."""
         return self.request_us + self.input_token_us * input_tokens
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SourceCalibration:
+    """What differs for the rows of one measurement file that record no client.
+
+    How a benchmark was run is a property of the campaign that wrote the file, not of the
+    backend: ``client`` (one of :data:`UNRECORDED_CLIENTS`), the per-request host delays
+    ``request_us``/``input_token_us`` when fitted on the file's own rows, and the streaming
+    cost per output token ``output_token_us`` fitted with them (None: the backend's). The
+    streaming cost is the server's, but of the server *build* the campaign ran (a file records
+    no version the profile could match), so it goes with the file too.
+    """
+
+    client: str
+    request_us: float | None = None
+    input_token_us: float | None = None
+    output_token_us: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,20 +113,37 @@ class BackendCalibration:
 
     ``unrecorded_client``: the client model that best explained the fitted rows that record no
     client (``dynosim calibrate`` tries each of :data:`UNRECORDED_CLIENTS`); such rows of this
-    backend are replayed with it. ``unrecorded_sources``: the measurement files (a row's
-    source) whose rows were better explained by another of them (how a benchmark was run is a
-    property of the campaign that produced a file, not of the backend).
+    backend are replayed with it. ``sources``: the measurement files (a row's ``source``)
+    whose rows that record no client were fitted with a client or host delays of their own.
+    Rows of any other file (and deployments) take the backend's.
     """
 
     step: StepCalibration = field(default_factory=StepCalibration)
     host: HostCalibration = field(default_factory=HostCalibration)
     sigma: Mapping[str, float] = field(default_factory=dict)
     unrecorded_client: str = "closed-loop"
-    unrecorded_sources: Mapping[str, str] = field(default_factory=dict)
+    sources: Mapping[str, SourceCalibration] = field(default_factory=dict)
 
     def client_for(self, source: str) -> str:
         """The client model of a row from ``source`` that records none."""
-        return self.unrecorded_sources.get(source, self.unrecorded_client)
+        own = self.sources.get(source)
+        return own.client if own is not None else self.unrecorded_client
+
+    def host_for(self, source: str) -> HostCalibration:
+        """The host cost of a row from ``source`` that records no client."""
+        own = self.sources.get(source)
+        if own is None:
+            return self.host
+        return replace(
+            self.host,
+            request_us=self.host.request_us if own.request_us is None else own.request_us,
+            input_token_us=(
+                self.host.input_token_us if own.input_token_us is None else own.input_token_us
+            ),
+            output_token_us=(
+                self.host.output_token_us if own.output_token_us is None else own.output_token_us
+            ),
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -128,11 +174,7 @@ class CalibrationProfile:
                     "host": asdict(b.host),
                     "sigma": dict(b.sigma),
                     "unrecorded_client": b.unrecorded_client,
-                    **(
-                        {"unrecorded_sources": dict(sorted(b.unrecorded_sources.items()))}
-                        if b.unrecorded_sources
-                        else {}
-                    ),
+                    **({"sources": _sources_dict(b.sources)} if b.sources else {}),
                 }
                 for name, b in sorted(self.backends.items())
             },
@@ -154,12 +196,39 @@ def _number(where: str, name: str, value: object, low: float, high: float) -> fl
     return x
 
 
+def _sources_dict(sources: Mapping[str, SourceCalibration]) -> dict[str, dict[str, Any]]:
+    return {
+        k: {f: v for f, v in asdict(c).items() if v is not None} for k, c in sorted(sources.items())
+    }
+
+
 def _client(where: str, name: str, value: object) -> str:
     if value not in UNRECORDED_CLIENTS:
         raise ConfigError(
             "calibration", where, f"{name} {' | '.join(UNRECORDED_CLIENTS)} (got {value!r})"
         )
     return str(value)
+
+
+SOURCE_COSTS = ("request_us", "input_token_us", "output_token_us")
+
+
+def _sources(where: str, name: str, raw: object) -> dict[str, SourceCalibration]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError("calibration", where, f"{name} a mapping (got {type(raw).__name__})")
+    out = {}
+    for key, value in raw.items():
+        at = f"{name}[{str(key)!r}]"
+        v = _section(where, f"{at} with", value, ("client", *SOURCE_COSTS))
+        if "client" not in v:
+            raise ConfigError("calibration", where, f"{at} with a client")
+        delays = {k: _number(where, f"{at}.{k}", v[k], 0.0, 1e7)
+                  for k in SOURCE_COSTS if k in v}  # fmt: skip
+        out[str(key)] = SourceCalibration(client=_client(where, f"{at}.client", v["client"]),
+                                          **delays)  # fmt: skip
+    return out
 
 
 def _section(where: str, name: str, data: object, keys: tuple[str, ...]) -> dict[str, Any]:
@@ -188,12 +257,12 @@ def profile_from_dict(data: object, where: str) -> CalibrationProfile:
     backends_raw = _section(where, "backends with", top.get("backends"), BACKENDS)
     backends = {}
     for name, raw in backends_raw.items():
-        keys = ("step", "host", "sigma", "unrecorded_client", "unrecorded_sources")
+        keys = ("step", "host", "sigma", "unrecorded_client", "sources")
         b = _section(where, f"backends.{name} with", raw, keys)
         step_keys = ("base_us", "per_request_us", "per_token_us", "prefill", "decode")
         s = _section(where, f"backends.{name}.step with", b.get("step"), step_keys)
         h = _section(where, f"backends.{name}.host with", b.get("host"),
-                     ("request_us", "input_token_us"))  # fmt: skip
+                     ("request_us", "input_token_us", "output_token_us"))  # fmt: skip
         g = _section(where, f"backends.{name}.sigma with", b.get("sigma"), METRICS)
         step = StepCalibration(**{
             k: _number(where, f"backends.{name}.step.{k}", v, 0.0 if k.endswith("_us") else 0.01,
@@ -207,17 +276,10 @@ def profile_from_dict(data: object, where: str) -> CalibrationProfile:
                  for k, v in g.items()}  # fmt: skip
         client = _client(where, f"backends.{name}.unrecorded_client",
                          b.get("unrecorded_client", "closed-loop"))  # fmt: skip
-        sources_raw = b.get("unrecorded_sources") or {}
-        if not isinstance(sources_raw, Mapping):
-            kind = type(sources_raw).__name__
-            what = f"backends.{name}.unrecorded_sources a mapping (got {kind})"
-            raise ConfigError("calibration", where, what)
-        sources = {str(k): _client(where, f"backends.{name}.unrecorded_sources[{k!r}]", v)
-                   for k, v in sources_raw.items()}  # fmt: skip
+        sources = _sources(where, f"backends.{name}.sources", b.get("sources"))
         backends[name] = BackendCalibration(
-            step=step, host=host, sigma=sigma, unrecorded_client=client,
-            unrecorded_sources=sources,
-        )  # fmt: skip
+            step=step, host=host, sigma=sigma, unrecorded_client=client, sources=sources
+        )
     fitted = top.get("fitted_on") or {}
     if not isinstance(fitted, Mapping):
         raise ConfigError("calibration", where, "fitted_on a mapping")

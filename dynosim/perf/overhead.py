@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from dynosim.config import DeploymentConfig, HostConfig
+from dynosim.config import SERVER_DEFAULT_HOST, DeploymentConfig, HostConfig
 from dynosim.perf.calibration import CalibrationProfile, StepCalibration, load_profile
 
 if TYPE_CHECKING:
@@ -73,7 +73,8 @@ def with_calibration(config: DeploymentConfig, base_dir: Path | None = None) -> 
     relative to ``base_dir`` (the deployment file's folder). The profile is read (so a missing
     or bad file is a one-line ``ConfigError`` here, before any simulation), and a deployment
     that names a profile and has no ``host`` section takes the profile's host cost of its
-    backend. The shipped default's host costs are not applied to deployments that name no
+    backend (with a streaming cost, also the server's default process count that cost was
+    fitted with). The shipped default's host costs are not applied to deployments that name no
     profile: they exist only for the backends with calibration rows, and applying them would
     make a study prefer a backend for lacking data (``validate`` uses them).
 
@@ -87,10 +88,14 @@ def with_calibration(config: DeploymentConfig, base_dir: Path | None = None) -> 
             config = replace(config, calibration=str(base_dir / p))
     host = deployment_profile(config).backend(config.backend).host
     named = config.calibration is not None
-    if named and config.host is None and (host.request_us > 0 or host.input_token_us > 0):
-        config = replace(
-            config, host=HostConfig(request_us=host.request_us, input_token_us=host.input_token_us)
-        )
+    if named and config.host is None and max(host.request_us, host.input_token_us,
+                                              host.output_token_us) > 0:  # fmt: skip
+        # a streaming cost was fitted with the server's default process count: so it is run
+        count = SERVER_DEFAULT_HOST[config.backend] if host.output_token_us > 0 else {}
+        config = replace(config, host=HostConfig(
+            request_us=host.request_us, input_token_us=host.input_token_us,
+            output_token_us=host.output_token_us, **count,
+        ))  # fmt: skip
     return config
 
 
@@ -115,11 +120,22 @@ class CalibratedStepTime:
 
     ``inner`` prices a step as kernel time plus ``inner_overhead.us(requests)``; this model
     returns ``round(decode * K_d + prefill * (K - K_d) + base + per_request * requests +
-    per_token * tokens)``: ``K`` is the step's kernel time and ``K_d`` that of its decode
-    requests alone (the same step without its prefill chunks; 0 without decodes), so the decode
-    factor scales decoding and the prefill factor what the prefill chunks add, and the price
-    stays monotone in every input. The decode-only paths use the same IEEE-754 operations in the
-    same order (fast-forward equals stepping bit for bit).
+    per_token * tokens)``: ``K`` is the step's kernel time and ``K_d`` its decodes' share (0
+    without decodes). A step's kernels are not additive: batched with a prefill, decodes share
+    its weight reads (dense GEMMs) and its experts (MoE, where a mixed step can cost less than
+    its decodes alone), so how the shared part is split decides which way the price can move:
+
+    * ``prefill >= decode`` (every fitted profile): ``K_d`` is the smaller of the decodes'
+      kernel time alone (the step without its prefill chunks) and what they add to the chunks
+      alone. The price is then ``decode * K + (prefill - decode) * (K - K_d)`` with ``K -
+      K_d`` the larger of the chunks' own time and what they add to the decodes: it cannot
+      fall as decodes join. With the decodes' own time as their share it did, for MoE
+      (Qwen3-30B-A3B on TRT-LLM's profile: 30.5 ms with one decode, 28.8 ms with 13).
+    * ``prefill < decode``: ``K_d`` is the decodes' own time, so the price is ``prefill * K +
+      (decode - prefill) * K_d``: it cannot fall as prefill tokens join.
+
+    The decode-only paths use the same IEEE-754 operations in the same order (fast-forward
+    equals stepping bit for bit).
     """
 
     def __init__(
@@ -147,6 +163,10 @@ class CalibratedStepTime:
         if n_decode > 0:
             alone = float(self.inner.step_us((), n_decode, decode_kv_tokens))
             decode = min(kernel, alone - self.inner_overhead.us(n_decode))
+            if self.cal.prefill >= self.cal.decode:
+                chunks = float(self.inner.step_us(prefill, 0, 0))
+                added = kernel - (chunks - self.inner_overhead.us(len(prefill)))
+                decode = max(0.0, min(added, decode))
         total = (
             self.cal.decode * decode
             + self.cal.prefill * (kernel - decode)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from dynosim.config import DeploymentConfig, HostConfig
+from dynosim.config import SERVER_DEFAULT_HOST, DeploymentConfig, HostConfig
 from dynosim.errors import DynosimError
 from dynosim.perf.calibration import (
     CalibrationProfile,
@@ -131,10 +131,10 @@ def row_requests(m: Measurement, rounds: int) -> tuple[list[Request], int]:
         extra = {"requests": m.concurrency * rounds} if name == "aiperf" else {}
         if m.warmups is not None:
             extra["warmups"] = m.warmups
-        c = BenchmarkClient(name=name, concurrency=m.concurrency, isl=m.isl, osl=m.osl, **extra)
+        streams = m.concurrency + m.queued
+        c = BenchmarkClient(name=name, concurrency=streams, isl=m.isl, osl=m.osl, **extra)
         return client_requests(c), c.warmup_count
-    streams = m.concurrency + m.queued
-    return closed_loop_requests(streams, streams * rounds, m.isl, m.osl), 0
+    return closed_loop_requests(m.concurrency, m.concurrency * rounds, m.isl, m.osl), 0
 
 
 def row_perf(m: Measurement, step: StepCalibration, timing: str = "aic") -> DeploymentPerf:
@@ -151,19 +151,17 @@ def row_perf(m: Measurement, step: StepCalibration, timing: str = "aic") -> Depl
 def assume_client(m: Measurement, client: str) -> Measurement:
     """``m`` replayed as ``client`` if it records no client (``closed-loop``: left as it is).
 
-    ``inferencex``: InferenceX's client without warm-up. ``queued``: the closed loop with one
-    request more than the engine admits (``concurrency + 1`` fixed-length streams, the engine's
+    ``inferencex``: InferenceX's client without warm-up. ``queued``: the same client with one
+    stream more than the engine admits (``concurrency + 1`` streams, the engine's
     ``max_num_seqs`` still the concurrency): each request waits for a slot to free, and its
     TTFT counts that wait, which adds about one inter-completion time (latency / c) to the
     mean TTFT and nothing to TPOT (the signature of AIConfigurator's Llama-3.1-8B TRT-LLM
     rows: at c = 8 their TTFT grows by 1.0 x ΔOSL x TPOT / c from OSL 128 to 512 on every TP
-    and ISL, where a plain closed loop's does not grow at all).
+    and ISL, where InferenceX's client's does not grow at all).
     """
     if m.client is not None or client == "closed-loop":
         return m
-    if client == "queued":
-        return replace(m, queued=1)
-    return replace(m, client="inferencex", warmups=0)
+    return replace(m, client="inferencex", warmups=0, queued=1 if client == "queued" else 0)
 
 
 def replay(
@@ -184,22 +182,31 @@ def replay(
     added to each request's TTFT and latency (:func:`client_metrics`), the form the fit
     assumes; ``host_in_sim`` gives it to the deployment's ``host:`` section instead
     (:mod:`dynosim.host`: the engine sees each request that much later, which also shifts the
-    closed loop's schedule), as ``simulate`` does with a named profile. A row that records no
+    closed loop's schedule), as ``simulate`` does with a named profile. A streaming cost
+    (``output_token_us``) is always simulated, by the server's default process count (the
+    rows record none): its queue is what the closed loop waits for. A row that records no
     client is replayed as ``unrecorded_client`` (None: the profile's, for the row's backend
-    and source).
+    and source), with the host delays the profile has for its source.
     """
     nan = float("nan")
     if m.refused is not None:
         return RowResult(m, nan, nan, m.refused)
     cal = (profile or load_profile()).backend(m.backend)
+    cost = host or (cal.host_for(m.source) if m.client is None else cal.host)
     m = assume_client(m, unrecorded_client or cal.client_for(m.source))
-    cost = host or cal.host
     try:
         config = row_config(m, timing)
-        if host_in_sim and (cost.request_us > 0 or cost.input_token_us > 0):
-            sim_host = HostConfig(request_us=cost.request_us, input_token_us=cost.input_token_us)
+        if cost.output_token_us > 0 or (
+            host_in_sim and (cost.request_us > 0 or cost.input_token_us > 0)
+        ):
+            count = SERVER_DEFAULT_HOST[m.backend] if cost.output_token_us > 0 else {}
+            sim_host = HostConfig(
+                request_us=cost.request_us if host_in_sim else 0.0,
+                input_token_us=cost.input_token_us if host_in_sim else 0.0,
+                output_token_us=cost.output_token_us, **count,
+            )  # fmt: skip
             config = replace(config, host=sim_host)
-            cost = HostCalibration()
+            cost = HostCalibration() if host_in_sim else replace(cost, output_token_us=0.0)
         requests, warmup = row_requests(m, rounds)
         perf = row_perf(m, step or cal.step, timing)
         rec = Simulation(config, requests, perf=perf).run(warmup_requests=warmup).records

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from dynosim.perf.calibration import HostCalibration, StepCalibration, load_profile
+from dynosim.validation import calibrate as calibrate_module
 from dynosim.validation.calibrate import FitOptions, calibrate, design, predict
 from dynosim.validation.measurements import Measurement
 from dynosim.validation.validate import replay
@@ -54,7 +55,7 @@ def test_the_design_matrix_is_the_simulator_to_the_microsecond(
         TRUE_STEP.base_us,
         TRUE_STEP.per_request_us,
         TRUE_STEP.per_token_us,
-        TRUE_STEP.prefill,
+        TRUE_STEP.prefill - TRUE_STEP.decode,  # the fit's parameters: prefill >= decode
         TRUE_STEP.decode,
         TRUE_HOST.request_us,
         TRUE_HOST.input_token_us,
@@ -105,26 +106,26 @@ def test_calibrate_tells_which_client_model_made_rows_that_record_none(tmp_path:
 
 
 def test_calibrate_tells_the_client_model_of_each_source(tmp_path: Path) -> None:
-    """Two files of rows that record no client, one made by a closed loop and one by a harness
-    that queues a request ahead (``queued``): each source gets its own model, the overheads are
-    recovered, and ``validate`` replays each file's rows with its model from the profile."""
-    closed = [dataclasses.replace(m, source="closed.csv") for m in _measured("closed-loop")]
+    """Two files of rows that record no client, one made by InferenceX's client and one by the
+    same client with a stream queued ahead (``queued``): each source gets its own model, the
+    overheads are recovered, and ``validate`` replays each file's rows with its model."""
+    jittered = [dataclasses.replace(m, source="jittered.csv") for m in _measured("inferencex")]
     queued = [dataclasses.replace(m, where=f"q{m.where}", source="queued.csv")
               for m in _measured("queued")]  # fmt: skip
-    # the queued rows' TTFT holds one wait for a slot more than the closed loop's
-    assert all(q.ttft_ms > c.ttft_ms for q, c in zip(queued, closed, strict=True))
-    profile, _ = calibrate(closed + queued, start=load_profile(), rounds=2,
+    # the queued rows' TTFT holds one wait for a slot more
+    assert all(q.ttft_ms > j.ttft_ms for q, j in zip(queued, jittered, strict=True))
+    profile, _ = calibrate(jittered + queued, start=load_profile(), rounds=2,
                            opts=FitOptions(factor_prior=0.0))  # fmt: skip
     got = profile.backend("trtllm")
-    assert {got.client_for("closed.csv"), got.client_for("queued.csv")} == {"closed-loop", "queued"}
+    assert got.client_for("jittered.csv") == "inferencex"
     assert got.client_for("queued.csv") == "queued"
     for name in ("base_us", "per_request_us", "prefill", "decode"):
         assert getattr(got.step, name) == pytest.approx(getattr(TRUE_STEP, name), rel=0.02), name
     assert got.host.request_us == pytest.approx(TRUE_HOST.request_us, rel=0.02)
     profile.write(tmp_path / "p.yaml")
     again = load_profile(tmp_path / "p.yaml")
-    assert again.backend("trtllm").unrecorded_sources == got.unrecorded_sources
-    for m in (closed[2], queued[2]):
+    assert again.backend("trtllm").sources == got.sources
+    for m in (jittered[2], queued[2]):
         r = replay(m, rounds=2, profile=again)
         assert r.ttft_ms == pytest.approx(m.ttft_ms, rel=0.01)
 
@@ -178,3 +179,60 @@ def test_rows_that_record_a_client_are_replayed_once_for_both_client_models(
     assert np.array_equal(reused.tpot, fresh.tpot)
     assert [m.where for m in reused.rows] == [m.where for m in fresh.rows]
     assert {m.where for m in calls} == {m.where for m in synthetic[:2]}  # only the unrecorded
+
+
+def test_calibrate_finds_the_streaming_cost_that_saturates_the_server() -> None:
+    """Rows whose server process streams 90 us per token: at c = 128 it saturates (TTFT grows
+    far beyond the engine's). The fit finds 90 us on its grid and reproduces those rows."""
+    host = dataclasses.replace(TRUE_HOST, output_token_us=90.0)
+    shapes = [*SHAPES, (2, 512, 256, 128), (1, 1024, 256, 128), (2, 256, 128, 64)]
+    rows = []
+    for i, shape in enumerate(shapes):
+        m = _row(i, *shape)
+        r = replay(m, rounds=2, step=TRUE_STEP, host=host)
+        rows.append(dataclasses.replace(m, ttft_ms=r.ttft_ms, tpot_ms=r.tpot_ms))
+    no_stream = replay(rows[-3], rounds=2, step=TRUE_STEP, host=TRUE_HOST)
+    assert rows[-3].ttft_ms > 1.5 * no_stream.ttft_ms  # the host's queue, not the engine
+    profile, fits = calibrate(rows, start=load_profile(), rounds=2,
+                              opts=FitOptions(factor_prior=0.0))  # fmt: skip
+    got = profile.backend("trtllm")
+    assert got.host.output_token_us == 90.0
+    assert fits[0].output_token_us == 90.0
+    for m in rows[-3:]:
+        r = replay(m, rounds=2, profile=profile)
+        assert r.ttft_ms == pytest.approx(m.ttft_ms, rel=0.05)
+        assert r.tpot_ms == pytest.approx(m.tpot_ms, rel=0.05)
+    # without the streaming fit the same rows are far off
+    flat, _ = calibrate(rows, start=load_profile(), rounds=2,
+                        opts=FitOptions(factor_prior=0.0, fit_streaming=False))  # fmt: skip
+    assert flat.backend("trtllm").host.output_token_us == 0.0
+    r = replay(rows[-3], rounds=2, profile=flat)
+    assert abs(r.ttft_ms / rows[-3].ttft_ms - 1) > 0.2
+
+
+def test_each_big_enough_file_gets_its_own_host_delays(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two files of the same shapes whose harnesses add different TTFT floors (20 ms and 60 ms
+    per request): each file's own delays are recovered, the backend's lie within their span (the
+    robust fit leans to one file's floor rather than averaging two harnesses), and a file too
+    small for its own keeps the backend's."""
+    monkeypatch.setattr(calibrate_module, "SOURCE_HOST_ROWS", len(SHAPES))
+    slow = HostCalibration(request_us=60_000.0, input_token_us=TRUE_HOST.input_token_us)
+    rows = []
+    for name, host in (("fast.csv", TRUE_HOST), ("slow.csv", slow)):
+        for i, shape in enumerate(SHAPES):
+            m = dataclasses.replace(_row(i, *shape), where=f"{name}:{i}", source=name)
+            r = replay(m, rounds=2, step=TRUE_STEP, host=host)
+            rows.append(dataclasses.replace(m, ttft_ms=r.ttft_ms, tpot_ms=r.tpot_ms))
+    tiny = dataclasses.replace(rows[0], where="tiny.csv:1", source="tiny.csv")
+    profile, fits = calibrate([*rows, tiny], start=load_profile(), rounds=2,
+                              opts=FitOptions(factor_prior=0.0, fit_streaming=False))  # fmt: skip
+    got = profile.backend("trtllm")
+    assert got.host_for("fast.csv").request_us == pytest.approx(20_000.0, rel=0.02)
+    assert got.host_for("slow.csv").request_us == pytest.approx(60_000.0, rel=0.02)
+    assert 0.9 * 20_000.0 < got.host.request_us < 60_000.0
+    assert "tiny.csv" not in got.sources
+    assert got.host_for("tiny.csv") == got.host
+    for m in (rows[3], rows[len(SHAPES) + 3]):
+        assert replay(m, rounds=2, profile=profile).ttft_ms == pytest.approx(m.ttft_ms, rel=0.01)
+    # held out: a configuration's file delays come from the file's other configuration
+    assert fits[0].sigma()["ttft"] < 0.05

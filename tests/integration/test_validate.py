@@ -140,14 +140,13 @@ def test_rows_without_a_client_can_be_replayed_as_either_client_model(tmp_path: 
 
 
 def test_a_queued_harness_adds_a_wait_for_a_slot_to_ttft_and_nothing_to_tpot() -> None:
-    """``queued``: c + 1 fixed-length streams against ``max_num_seqs = c``. Every request waits
-    for a slot; the mean wait is a fraction of a request's latency over c (the requests that
-    free slots finish together, so each round one request waits a whole latency)."""
+    """``queued``: InferenceX's client with c + 1 streams against ``max_num_seqs = c``. Every
+    request waits for a slot, about one inter-completion time: a request's latency over c."""
     for c in (4, 8):
         m = Measurement(where="x:1", model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100_sxm",
                         backend="trtllm", tp=1, isl=256, osl=128, concurrency=c, ttft_ms=1.0,
                         tpot_ms=1.0)  # fmt: skip
-        plain = replay(m, rounds=8, unrecorded_client="closed-loop", host=HostCalibration())
+        plain = replay(m, rounds=8, unrecorded_client="inferencex", host=HostCalibration())
         queued = replay(m, rounds=8, unrecorded_client="queued", host=HostCalibration())
         latency = plain.ttft_ms + (m.osl - 1) * plain.tpot_ms
         assert 0.5 * latency / c < queued.ttft_ms - plain.ttft_ms < 1.1 * latency / c

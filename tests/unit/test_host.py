@@ -31,6 +31,9 @@ def test_host_section_round_trips_and_is_left_out_when_absent() -> None:
         output_token_us=30.0
     )
     assert HostConfig().processes is None
+    # trtllm-serve --num_postprocess_workers: 0 is the server's own process, N > 0 N workers
+    assert _cfg(backend="trtllm", host={"postprocess_workers": 0}).host.processes == 1
+    assert _cfg(backend="trtllm", host={"postprocess_workers": 3}).host.processes == 3
 
 
 @pytest.mark.parametrize(
@@ -41,6 +44,10 @@ def test_host_section_round_trips_and_is_left_out_when_absent() -> None:
         ({"host": {"tokenizer_workers": 2}}, "host.tokenizer_workers", "unset with backend vllm"),
         ({"backend": "trtllm", "host": {"api_server_count": 1}}, "host.api_server_count",
          "unset with backend trtllm"),
+        ({"host": {"postprocess_workers": 0}}, "host.postprocess_workers",
+         "unset with backend vllm"),
+        ({"backend": "trtllm", "host": {"postprocess_workers": -1}}, "host.postprocess_workers",
+         "an integer in [0, 4096]"),
         ({"host": {"api_server_count": 0}}, "host.api_server_count", "an integer in [1, 4096]"),
         ({"host": {"api_server_count": 2.5}}, "host.api_server_count", "an integer"),
         ({"backend": "sglang", "host": {"tokenizer_workers": True}}, "host.tokenizer_workers",

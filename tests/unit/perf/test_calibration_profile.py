@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dynosim.config import DeploymentConfig
+from dynosim.config import DeploymentConfig, HostConfig
 from dynosim.errors import ConfigError
 from dynosim.perf.calibration import (
     DEFAULT_PROFILE,
@@ -49,6 +49,22 @@ def test_the_shipped_default_profile_loads_and_names_what_it_was_fitted_on() -> 
     assert p.sigma("trtllm", "itl") == p.sigma("trtllm", "tpot")
 
 
+def test_a_source_overrides_the_backend_host_field_by_field_and_round_trips(
+    tmp_path: Path,
+) -> None:
+    f = _write(tmp_path, "backends: {trtllm: {host: {request_us: 5000, input_token_us: 2, "
+                         "output_token_us: 90}, sources: {a.csv: {client: queued, "
+                         "request_us: 30000, output_token_us: 0}}}}")  # fmt: skip
+    b = load_profile(f).backend("trtllm")
+    own = b.host_for("a.csv")
+    assert (own.request_us, own.input_token_us, own.output_token_us) == (30000, 2, 0)
+    assert b.host_for("other.csv") == b.host
+    assert b.client_for("other.csv") == "closed-loop"
+    assert b.client_for("a.csv") == "queued"
+    load_profile(f).write(tmp_path / "again.yaml")
+    assert load_profile(tmp_path / "again.yaml").backend("trtllm").sources == b.sources
+
+
 @pytest.mark.parametrize(
     ("text", "match"),
     [
@@ -62,10 +78,15 @@ def test_the_shipped_default_profile_loads_and_names_what_it_was_fitted_on() -> 
             r"unrecorded_client closed-loop \| inferencex \| queued \(got 'aiperf'\)",
         ),
         (
-            "backends: {trtllm: {unrecorded_sources: {a.csv: bursty}}}",
-            r"unrecorded_sources\['a.csv'\] closed-loop \| inferencex \| queued \(got 'bursty'\)",
+            "backends: {trtllm: {sources: {a.csv: {client: bursty}}}}",
+            r"sources\['a.csv'\].client closed-loop \| inferencex \| queued \(got 'bursty'\)",
         ),
-        ("backends: {trtllm: {unrecorded_sources: [a.csv]}}", r"unrecorded_sources a mapping"),
+        ("backends: {trtllm: {sources: [a.csv]}}", r"sources a mapping"),
+        ("backends: {trtllm: {sources: {a.csv: {request_us: 5}}}}", r"\['a.csv'\] with a client"),
+        (
+            "backends: {trtllm: {sources: {a.csv: {client: queued, request_us: -5}}}}",
+            r"sources\['a.csv'\].request_us in \[0, 1e\+07\]",
+        ),
         ("backends: [1, 2", r"invalid YAML"),
     ],
 )
@@ -100,6 +121,14 @@ def test_a_deployment_names_its_profile_and_takes_its_host_cost(tmp_path: Path) 
     assert (applied.host.request_us, applied.host.input_token_us) == (5000.0, 1.5)
     assert with_calibration(applied, base_dir=tmp_path) == applied  # idempotent
     assert step_calibration(applied) == StepCalibration(base_us=100.0, per_request_us=2.0)
+    assert applied.host.processes is None  # delays only: no process count
+    # a streaming cost is run as it was fitted: with the server's default process count
+    _write(tmp_path, "backends: {trtllm: {host: {request_us: 5000, output_token_us: 90}}}")
+    trt = with_calibration(DeploymentConfig.from_dict(
+        {"model": "Qwen/Qwen3-8B", "gpu": "h200_sxm", "backend": "trtllm",
+         "calibration": str(tmp_path / "p.yaml")}))  # fmt: skip
+    assert trt.host == HostConfig(request_us=5000.0, output_token_us=90.0, postprocess_workers=0)
+    assert trt.host.processes == 1  # trtllm-serve's own process
     with pytest.raises(ConfigError, match=r"calibration: got 'missing\.yaml'"):
         with_calibration(
             DeploymentConfig.from_dict(
@@ -142,7 +171,12 @@ def test_calibrated_step_applies_factors_per_phase_and_the_per_token_term() -> N
     cal = StepCalibration(base_us=50.0, per_request_us=3.0, per_token_us=0.5, prefill=2.0,
                           decode=0.5)  # fmt: skip
     m = CalibratedStepTime(inner, cal, NO_OVERHEAD)
-    kernel, decode = inner.step_us([(100, 0)], 4, 400), inner.step_us([], 4, 400)
+    kernel, alone = inner.step_us([(100, 0)], 4, 400), inner.step_us([], 4, 400)
+    chunks = inner.step_us([(100, 0)], 0, 0)
+    # the decodes' share: what they add to the chunk (the step's base is paid once), not more
+    # than their own step
+    decode = min(kernel - chunks, alone)
+    assert decode == alone - 100  # the linear model's base
     assert m.step_us([(100, 0)], 4, 400) == round(
         0.5 * decode + 2.0 * (kernel - decode) + 50 + 3 * 5 + 0.5 * 104
     )

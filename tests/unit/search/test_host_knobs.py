@@ -79,6 +79,9 @@ def test_export_writes_the_host_process_flags() -> None:
     sgl = _export(backend="sglang", host={"tokenizer_workers": 2})
     argv = sgl.engine.commands[0].argv
     assert argv[argv.index("--tokenizer-worker-num") + 1] == "2"
+    trt = _export(backend="trtllm", host={"postprocess_workers": 2})
+    argv = trt.engine.commands[0].argv
+    assert argv[argv.index("--num_postprocess_workers") + 1] == "2"
     plain = _export()
     assert "--api-server-count" not in plain.engine.commands[0].argv
     assert not any("request_us" in n for n in plain.engine.notes)
