@@ -152,6 +152,11 @@ def design(
                 progress(i + 1, len(rows))
             continue
         t_row, p_row, why = [], [], None
+        if m.pools is not None:  # its schedule moves with the KV transfers: not linear
+            refused.append((m, "disaggregated rows are validated, not fitted"))
+            if progress is not None:
+                progress(i + 1, len(rows))
+            continue
         for probe, unit in PROBES:
             r = replay(m, rounds=rounds, timing=timing, step=probe, host=_NO_HOST,
                        unrecorded_client=unrecorded_client)  # fmt: skip

@@ -13,8 +13,10 @@ Formats, told apart by their content (tool result files: :mod:`dynosim.validatio
   ran without warm-up requests (the client added ``--num-warmups 2*c`` then). A row's
   deployment (dtype, expert and attention-DP parallelism; ``batch_size`` is per DP rank) is
   read as :func:`dynosim.validation.silicon.parse_row` reads it for the coverage benchmark;
-  disaggregated rows, pipeline parallelism and what the simulator cannot build are refused
-  with the reason.
+  a disaggregated row's prefill and decode pools from its ``prefill_*`` / ``decode_*``
+  columns (:func:`~dynosim.validation.silicon.parse_disagg_pools`; most such rows record no
+  worker counts and are refused). Pipeline parallelism and what the simulator cannot build
+  are refused with the reason.
 * A plain CSV: ``model,gpu,backend,tp,isl,osl,concurrency,ttft_ms,tpot_ms`` and optionally
   ``dtype``, ``client`` (inferencex | vllm-bench | aiperf), ``max_num_seqs``,
   ``max_num_batched_tokens``, ``enable_prefix_caching``, ``warmups``.
@@ -31,10 +33,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dynosim.errors import ConfigError, WorkloadError
 from dynosim.workload.client import CLIENTS, ClientName
+
+if TYPE_CHECKING:
+    from dynosim.validation.silicon import PoolShape
 
 PLAIN_FIELDS = ("model", "gpu", "backend", "tp", "isl", "osl", "concurrency", "ttft_ms", "tpot_ms")
 PLAIN_OPTIONAL = ("dtype", "client", "max_num_seqs", "max_num_batched_tokens",
@@ -60,6 +65,8 @@ class Measurement:
             for other formats). A calibration profile may name a client model per source.
         queued: Requests the benchmark harness holds beyond ``concurrency`` (the ``queued``
             client model: they wait for an engine slot, and their TTFT counts the wait).
+        pools: The prefill and decode pools of a disaggregated row (None: aggregated, one
+            replica of ``tp``, ``ep``, ``moe_tp``, ``attention_dp``).
     """
 
     where: str
@@ -84,6 +91,7 @@ class Measurement:
     refused: str | None = None
     source: str = ""
     queued: int = 0
+    pools: tuple[PoolShape, PoolShape] | None = None
 
     @property
     def group(self) -> tuple[str, str, str, str]:
@@ -163,9 +171,22 @@ def _silicon(path: Path, line: int, r: dict[str, str]) -> Measurement:
         warmups=warmups,
         source=source.split(";", 1)[0].strip().removeprefix("source_file="),
     )
+    from dynosim.validation.silicon import parse_disagg_pools, parse_row, row_kv_dtype
+
+    if base.mode == "disagg":
+        try:
+            dtype, prefill, decode = parse_disagg_pools(r)
+        except (ConfigError, KeyError, ValueError) as exc:
+            return replace(base, refused=f"mode disagg: {exc}")
+        return replace(
+            base,
+            concurrency=decode.batch_size * decode.workers * decode.attention_dp,
+            dtype=dtype,
+            pools=(prefill, decode),
+            kv_cache_dtype=row_kv_dtype(base.backend, dtype),
+        )
     if base.mode != "agg":
-        return replace(base, refused=f"mode {base.mode} (disaggregated rows are not replayed yet)")
-    from dynosim.validation.silicon import parse_row, row_kv_dtype
+        return replace(base, refused=f"mode {base.mode}: allowed: agg | disagg")
 
     try:
         row = parse_row(r)

@@ -148,6 +148,57 @@ def parse_row(r: dict[str, str]) -> SiliconRow:
     )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolShape:
+    """One pool of a disaggregated row: ``workers`` engines, their parallelism and batch."""
+
+    workers: int
+    tp: int
+    batch_size: int  # requests each of the pool's schedulers (DP ranks) batches
+    ep: int = 1
+    moe_tp: int | None = None
+    attention_dp: int = 1
+
+
+def parse_disagg_pools(r: dict[str, str]) -> tuple[str, PoolShape, PoolShape]:
+    """The dtype, prefill pool and decode pool of one disaggregated row.
+
+    The clients of the row are ``decode batch_size x workers x attention_dp`` (on every row
+    that records both, the source's ``silicon_concurrency`` equals it).
+
+    Raises:
+        ConfigError: unknown model, a quantisation without a dtype, pipeline parallelism, or a
+            row that records no worker counts (most disaggregated rows: the deployment they
+            ran is not determined).
+    """
+    model = r["model_path"]
+    spec = model_spec(model)
+    dtype = _dtype(model, r["precision"] + r["gemm_quant_mode"])
+
+    def pool(side: str) -> PoolShape:
+        if int(float(r.get(f"{side}_pp_size") or 1)) != 1:
+            raise ConfigError(
+                f"{side}_pp_size", r[f"{side}_pp_size"], "1 (no pipeline parallelism)"
+            )
+        for key in ("num_workers", "batch_size", "tp_size"):
+            if not (r.get(f"{side}_{key}") or "").strip():
+                raise ConfigError(f"{side}_{key}", "", "a number (the row does not record it)")
+        ep = moe_tp = None
+        if spec.is_moe:
+            ep = _num(str(int(float(r.get(f"{side}_moe_ep_size") or 0))), 1)
+            moe_tp = _num(str(int(float(r.get(f"{side}_moe_tp_size") or 0))), 0) or None
+        return PoolShape(
+            workers=int(float(r[f"{side}_num_workers"])),
+            tp=int(float(r[f"{side}_tp_size"])),
+            batch_size=max(1, int(float(r[f"{side}_batch_size"]))),
+            ep=ep or 1,
+            moe_tp=moe_tp,
+            attention_dp=_num(str(int(float(r.get(f"{side}_attention_dp_size") or 0))), 1),
+        )
+
+    return dtype, pool("prefill"), pool("decode")
+
+
 def agg_rows(path: Path | None = None) -> Iterator[SiliconRow | RefusedRow]:
     """Every aggregated row, parsed or refused with its reason, in file order."""
     with (path or silicon_csv()).open(newline="") as f:

@@ -2,7 +2,8 @@
 
 Each replayable measurement becomes one aggregated worker (the row's model, GPU, backend, TP,
 dtype; ``max_num_seqs`` = the concurrency unless the row says otherwise; prefix caching off, as
-benchmark recipes run it) driven by the client that measured it: a named client as
+benchmark recipes run it), or for a disaggregated row its prefill and decode pools, driven by
+the client that measured it: a named client as
 :mod:`dynosim.workload.client` describes it, or a plain closed loop of ``concurrency`` clients
 that start together, ``rounds`` requests each, fixed lengths. The simulated TTFT and TPOT are
 the client's own means (:mod:`dynosim.validation.client_metrics`). A row the simulator cannot
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from dynosim.config import SERVER_DEFAULT_HOST, DeploymentConfig, HostConfig
-from dynosim.errors import DynosimError
+from dynosim.errors import ConfigError, DynosimError, InfeasibleError
 from dynosim.perf.calibration import (
     CalibrationProfile,
     HostCalibration,
@@ -106,6 +107,8 @@ def row_config(m: Measurement, timing: str = "aic") -> DeploymentConfig:
     Engine: ``max_num_seqs`` = the concurrency per DP rank, no prefix caching, then the recipe's
     flags (:func:`recipe_engine`), then whatever the row itself states.
     """
+    if m.pools is not None:
+        return _disagg_config(m, timing)
     per_rank = max(1, m.concurrency // m.attention_dp)
     engine = {
         "max_num_seqs": per_rank,
@@ -124,6 +127,34 @@ def row_config(m: Measurement, timing: str = "aic") -> DeploymentConfig:
     return DeploymentConfig.from_dict(data)
 
 
+def _disagg_config(m: Measurement, timing: str) -> DeploymentConfig:
+    """A disaggregated row's deployment: its two pools, each engine's batch as the row says.
+
+    A prefill engine admits ``batch_size`` prompts (``max_num_batched_tokens`` at least their
+    tokens), a decode engine ``batch_size`` requests per DP rank; prefix caching off and the
+    recipe's other flags as for an aggregated row. The KV transfer link is the default
+    (``auto``: NVLink within a node, RDMA across).
+    """
+    assert m.pools is not None
+    recipe = {k: v for k, v in recipe_engine(m).items() if k != "max_num_batched_tokens"}
+    data: dict[str, Any] = {
+        "model": m.model, "gpu": m.gpu, "backend": m.backend, "dtype": m.dtype,
+        "mode": "disagg", "timing": timing,
+        "engine": {"enable_prefix_caching": False, **recipe, **m.engine},
+    }  # fmt: skip
+    for name, p in zip(("prefill", "decode"), m.pools, strict=True):
+        tokens = p.batch_size * (m.isl if name == "prefill" else 1)
+        pool: dict[str, Any] = {
+            "tp": p.tp, "workers": p.workers,
+            "engine": {"max_num_seqs": p.batch_size, "max_num_batched_tokens": max(8192, tokens)},
+        }  # fmt: skip
+        parallel = {"ep": p.ep, "moe_tp": p.moe_tp, "attention_dp": p.attention_dp}
+        data[name] = pool | {k: v for k, v in parallel.items() if v not in (None, 1)}
+    if m.kv_cache_dtype is not None:
+        data["kv_cache_dtype"] = m.kv_cache_dtype
+    return DeploymentConfig.from_dict(data)
+
+
 def row_requests(m: Measurement, rounds: int) -> tuple[list[Request], int]:
     """The requests of the row's benchmark and its warm-up count."""
     if m.client is not None:
@@ -137,15 +168,31 @@ def row_requests(m: Measurement, rounds: int) -> tuple[list[Request], int]:
     return closed_loop_requests(m.concurrency, m.concurrency * rounds, m.isl, m.osl), 0
 
 
-def row_perf(m: Measurement, step: StepCalibration, timing: str = "aic") -> DeploymentPerf:
-    """The row's deployment performance with the step calibration ``step``.
+def row_perf(
+    m: Measurement, step: StepCalibration, timing: str = "aic"
+) -> DeploymentPerf | dict[str, DeploymentPerf]:
+    """The row's deployment performance with the step calibration ``step`` (per pool if disagg).
 
     The kernel model is built without overhead and ``step`` is applied on top of it
     (:class:`~dynosim.perf.overhead.CalibratedStepTime`), so any step calibration, also a probe
     with zero kernel factors, can be replayed.
     """
-    perf = resolve(replace(row_config(m, timing), framework_overhead_us=0.0))
-    return replace(perf, timing=CalibratedStepTime(perf.timing, step, NO_OVERHEAD))
+    config = replace(row_config(m, timing), framework_overhead_us=0.0)
+
+    def calibrated(perf: DeploymentPerf) -> DeploymentPerf:
+        return replace(perf, timing=CalibratedStepTime(perf.timing, step, NO_OVERHEAD))
+
+    if config.mode == "agg":
+        return calibrated(resolve(config))
+    out: dict[str, DeploymentPerf] = {}
+    for name, _ in config.pools():
+        try:
+            out[name] = calibrated(resolve(config.pool_view(name)))
+        except ConfigError as exc:
+            raise ConfigError(f"{name}.{exc.field}", exc.value, exc.allowed) from None
+        except InfeasibleError as exc:
+            raise InfeasibleError(f"{name} pool: {exc}") from None
+    return out
 
 
 def assume_client(m: Measurement, client: str) -> Measurement:

@@ -180,8 +180,14 @@ def _row(r: Any) -> dict[str, Any]:
     def num(x: float) -> float | None:
         return x if math.isfinite(x) else None
 
+    pools = None if m.pools is None else {
+        name: {"workers": p.workers, "tp": p.tp, "ep": p.ep, "moe_tp": p.moe_tp,
+               "attention_dp": p.attention_dp, "batch_size": p.batch_size}
+        for name, p in zip(("prefill", "decode"), m.pools, strict=True)
+    }  # fmt: skip
     return {"where": m.where, "model": m.model, "system": m.gpu, "backend": m.backend,
-            "tp": m.tp, "isl": m.isl, "osl": m.osl, "concurrency": m.concurrency,
+            "mode": m.mode, "pools": pools, "tp": m.tp, "isl": m.isl, "osl": m.osl,
+            "concurrency": m.concurrency,
             "client": m.client or ("queued" if m.queued else None),
             "measured_ttft_ms": m.ttft_ms, "measured_tpot_ms": m.tpot_ms,
             "simulated_ttft_ms": num(r.ttft_ms), "simulated_tpot_ms": num(r.tpot_ms),

@@ -59,7 +59,7 @@ def test_silicon_rows_infer_the_client_and_refuse_what_is_not_modelled(tmp_path:
     # InferenceX's files are named by date; a path on someone's machine records no client
     assert [r.client for r in rows] == ["inferencex", None, None, None, None, "inferencex", None]
     assert [r.refused is None for r in rows] == [True, True, False, True, False, True, True]
-    assert "disaggregated" in (rows[2].refused or "")
+    assert "mode disagg: prefill_num_workers" in (rows[2].refused or "")  # the row lacks it
     # attention DP: batch_size is per DP rank, the clients are those of all four ranks
     assert (rows[3].attention_dp, rows[3].concurrency) == (4, 32)
     assert "pp_size" in (rows[4].refused or "")
@@ -151,3 +151,44 @@ def test_a_queued_harness_adds_a_wait_for_a_slot_to_ttft_and_nothing_to_tpot() -
         latency = plain.ttft_ms + (m.osl - 1) * plain.tpot_ms
         assert 0.5 * latency / c < queued.ttft_ms - plain.ttft_ms < 1.1 * latency / c
         assert queued.tpot_ms == pytest.approx(plain.tpot_ms, rel=0.03)  # c decode at a time
+
+
+def test_a_disaggregated_row_replays_on_its_two_pools_and_is_not_fitted(tmp_path: Path) -> None:
+    """A silicon row of mode disagg: its prefill and decode pools as the row states them, the
+    clients those of every decode rank; a row with no worker counts is refused with the field;
+    calibrate leaves disaggregated rows out of the linear fit."""
+    from dynosim.validation.calibrate import design
+    from dynosim.validation.validate import row_config
+
+    head = ("id,silicon_data_source,backend,model_path,system,precision,mode,isl,osl,"
+            "gemm_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,prefill_batch_size,"
+            "prefill_num_workers,prefill_tp_size,prefill_pp_size,decode_batch_size,"
+            "decode_num_workers,decode_tp_size,decode_pp_size,silicon_ttft_ms,"
+            "silicon_tpot_ms")  # fmt: skip
+    f = tmp_path / "d.csv"
+    f.write_text("\n".join([
+        head,
+        "a,db-dump/2026-04-27,vllm,Qwen/Qwen3-8B,h200_sxm,,disagg,1000,100,,,,,,1,1,1,1,4,2,1,1,"
+        "50,10",
+        "b,db-dump/2026-04-27,vllm,Qwen/Qwen3-8B,h200_sxm,,disagg,1000,100,,,,,,1,,1,1,,,1,1,50,10",
+        "c,db-dump/2026-04-27,vllm,Qwen/Qwen3-8B,h200_sxm,,agg,1000,100,,8,1,1,1,,,,,,,,,50,10",
+    ]) + "\n")  # fmt: skip
+    dis, unknown, agg = read_measurements(f)
+    assert dis.refused is None
+    assert dis.concurrency == 8  # 4 per decode engine x 2 engines
+    assert "prefill_num_workers" in (unknown.refused or "")
+    config = row_config(dis)
+    assert config.mode == "disagg"
+    pools = dict(config.pools())
+    assert (pools["prefill"].workers, pools["decode"].workers) == (1, 2)
+    assert pools["decode"].engine.max_num_seqs == 4
+    assert pools["decode"].engine.enable_prefix_caching is False
+    d, a = replay(dis), replay(agg)
+    assert (d.refused, a.refused) == (None, None)
+    # the same 8 clients: decode engines of 4 each, no prefill in their steps, decode faster
+    # than one engine batching all 8 and their prompts; TTFT pays the KV transfer
+    assert 0 < d.tpot_ms < a.tpot_ms
+    assert 0 < d.ttft_ms < math.inf
+    fit = design([dis, agg], rounds=2)
+    assert [m.mode for m in fit.rows] == ["agg"]
+    assert fit.refused == [(dis, "disaggregated rows are validated, not fitted")]
