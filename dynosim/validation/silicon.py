@@ -175,25 +175,33 @@ def parse_disagg_pools(r: dict[str, str]) -> tuple[str, PoolShape, PoolShape]:
     spec = model_spec(model)
     dtype = _dtype(model, r["precision"] + r["gemm_quant_mode"])
 
+    def count(key: str, default: int | None) -> int:
+        """A whole-number column (``default`` when blank or 0; None: it must be recorded)."""
+        raw = (r.get(key) or "").strip()
+        if not raw and default is None:
+            raise ConfigError(key, "", "a number (the row does not record it)")
+        try:
+            value = int(float(raw or 0))
+        except ValueError:
+            raise ConfigError(key, raw, "a whole number") from None
+        if value < 0:
+            raise ConfigError(key, raw, "a whole number >= 0")
+        return value or (default if default is not None else value)
+
     def pool(side: str) -> PoolShape:
-        if int(float(r.get(f"{side}_pp_size") or 1)) != 1:
+        if count(f"{side}_pp_size", 1) != 1:
             raise ConfigError(
                 f"{side}_pp_size", r[f"{side}_pp_size"], "1 (no pipeline parallelism)"
             )
-        for key in ("num_workers", "batch_size", "tp_size"):
-            if not (r.get(f"{side}_{key}") or "").strip():
-                raise ConfigError(f"{side}_{key}", "", "a number (the row does not record it)")
-        ep = moe_tp = None
-        if spec.is_moe:
-            ep = _num(str(int(float(r.get(f"{side}_moe_ep_size") or 0))), 1)
-            moe_tp = _num(str(int(float(r.get(f"{side}_moe_tp_size") or 0))), 0) or None
+        shape = [count(f"{side}_{key}", None) for key in ("num_workers", "tp_size", "batch_size")]
+        workers, tp, batch = shape
         return PoolShape(
-            workers=int(float(r[f"{side}_num_workers"])),
-            tp=int(float(r[f"{side}_tp_size"])),
-            batch_size=max(1, int(float(r[f"{side}_batch_size"]))),
-            ep=ep or 1,
-            moe_tp=moe_tp,
-            attention_dp=_num(str(int(float(r.get(f"{side}_attention_dp_size") or 0))), 1),
+            workers=workers,
+            tp=tp,
+            batch_size=max(1, batch),
+            ep=count(f"{side}_moe_ep_size", 1) if spec.is_moe else 1,
+            moe_tp=(count(f"{side}_moe_tp_size", 0) or None) if spec.is_moe else None,
+            attention_dp=count(f"{side}_attention_dp_size", 1),
         )
 
     return dtype, pool("prefill"), pool("decode")

@@ -172,8 +172,11 @@ def test_a_disaggregated_row_replays_on_its_two_pools_and_is_not_fitted(tmp_path
         "50,10",
         "b,db-dump/2026-04-27,vllm,Qwen/Qwen3-8B,h200_sxm,,disagg,1000,100,,,,,,1,,1,1,,,1,1,50,10",
         "c,db-dump/2026-04-27,vllm,Qwen/Qwen3-8B,h200_sxm,,agg,1000,100,,8,1,1,1,,,,,,,,,50,10",
+        "d,db-dump/2026-04-27,vllm,Qwen/Qwen3-8B,h200_sxm,,disagg,1000,100,,,,,,1,1,1,1,4,x,1,1,"
+        "50,10",
     ]) + "\n")  # fmt: skip
-    dis, unknown, agg = read_measurements(f)
+    dis, unknown, agg, bad = read_measurements(f)
+    assert "decode_num_workers: got 'x'" in (bad.refused or "")
     assert dis.refused is None
     assert dis.concurrency == 8  # 4 per decode engine x 2 engines
     assert "prefill_num_workers" in (unknown.refused or "")
