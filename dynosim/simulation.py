@@ -45,7 +45,7 @@ from dynosim.config import DeploymentConfig, PoolName
 from dynosim.engine.policies import worker_class
 from dynosim.engine.state import RunningRequest
 from dynosim.engine.worker import EngineWorker
-from dynosim.errors import ConfigError, InfeasibleError
+from dynosim.errors import ConfigError
 from dynosim.host import Host, StreamedRequest
 from dynosim.metrics import (
     NAN,
@@ -104,7 +104,7 @@ class Simulation:
         *,
         seed: int = 0,
         fast_forward: bool = True,
-        perf: DeploymentPerf | Mapping[str, DeploymentPerf] | None = None,
+        perf: DeploymentPerf | Mapping[PoolName, DeploymentPerf] | None = None,
         speedup: float = 1.0,
         sample_interval_s: float | None = None,
     ) -> None:
@@ -630,7 +630,7 @@ def _worker_us(pool: WorkerPool, end_us: int) -> float:
 
 
 def _pool_perfs(
-    config: DeploymentConfig, perf: DeploymentPerf | Mapping[str, DeploymentPerf] | None
+    config: DeploymentConfig, perf: DeploymentPerf | Mapping[PoolName, DeploymentPerf] | None
 ) -> dict[PoolName, DeploymentPerf]:
     """Each pool's performance: given, or resolved from its view of the config.
 
@@ -638,24 +638,13 @@ def _pool_perfs(
         ConfigError, InfeasibleError: as ``resolve``; in disagg mode the field or message
             names the pool (``decode.tp``, "decode pool: ...").
     """
-    from dynosim.perf.deployment import DeploymentPerf, resolve
+    from dynosim.perf.deployment import DeploymentPerf, resolve_pools
 
-    out: dict[PoolName, DeploymentPerf] = {}
-    for name, _ in config.pools():
-        if isinstance(perf, DeploymentPerf):
-            out[name] = perf
-        elif perf is not None:
-            out[name] = perf[name]
-        elif config.mode == "agg":
-            out[name] = resolve(config)
-        else:
-            try:
-                out[name] = resolve(config.pool_view(name))
-            except ConfigError as exc:
-                raise ConfigError(f"{name}.{exc.field}", exc.value, exc.allowed) from None
-            except InfeasibleError as exc:
-                raise InfeasibleError(f"{name} pool: {exc}") from None
-    return out
+    if perf is None:
+        return resolve_pools(config)
+    if isinstance(perf, DeploymentPerf):
+        return {name: perf for name, _ in config.pools()}
+    return {name: perf[name] for name, _ in config.pools()}
 
 
 def _us(seconds: float) -> int:

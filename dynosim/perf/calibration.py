@@ -36,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from dynosim.config import SERVER_DEFAULT_HOST, HostConfig
 from dynosim.errors import ConfigError, DynosimError
 from dynosim.files import parse_yaml, read_text, yaml_syntax_error
 
@@ -88,6 +89,25 @@ class HostCalibration:
         """The host time of one request of ``input_tokens`` prompt tokens."""
         return self.request_us + self.input_token_us * input_tokens
 
+    def host_config(self, backend: str, *, delays: bool = True) -> HostConfig:
+        """This cost as a deployment's ``host:`` section on ``backend``.
+
+        A streaming cost runs on the server's default process count (the count it was fitted
+        with, :data:`~dynosim.config.SERVER_DEFAULT_HOST`); ``delays=False`` leaves the
+        per-request delays out (they are then added to the metrics instead).
+        """
+        count = SERVER_DEFAULT_HOST[backend] if self.output_token_us > 0 else {}
+        return HostConfig(
+            request_us=self.request_us if delays else 0.0,
+            input_token_us=self.input_token_us if delays else 0.0,
+            output_token_us=self.output_token_us,
+            **count,
+        )
+
+
+SOURCE_COSTS = ("request_us", "input_token_us", "output_token_us")
+"""The host costs a measurement source may set over its backend's (:class:`SourceCalibration`)."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SourceCalibration:
@@ -134,16 +154,8 @@ class BackendCalibration:
         own = self.sources.get(source)
         if own is None:
             return self.host
-        return replace(
-            self.host,
-            request_us=self.host.request_us if own.request_us is None else own.request_us,
-            input_token_us=(
-                self.host.input_token_us if own.input_token_us is None else own.input_token_us
-            ),
-            output_token_us=(
-                self.host.output_token_us if own.output_token_us is None else own.output_token_us
-            ),
-        )
+        fields = {k: v for k in SOURCE_COSTS if (v := getattr(own, k)) is not None}
+        return replace(self.host, **fields)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -208,9 +220,6 @@ def _client(where: str, name: str, value: object) -> str:
             "calibration", where, f"{name} {' | '.join(UNRECORDED_CLIENTS)} (got {value!r})"
         )
     return str(value)
-
-
-SOURCE_COSTS = ("request_us", "input_token_us", "output_token_us")
 
 
 def _sources(where: str, name: str, raw: object) -> dict[str, SourceCalibration]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from dynosim.config import (
@@ -10,7 +11,9 @@ from dynosim.config import (
     RDMA_GBPS,
     RDMA_LATENCY_US,
     DeploymentConfig,
+    PoolName,
 )
+from dynosim.errors import ConfigError, InfeasibleError
 from dynosim.perf.catalog import gpu_spec
 from dynosim.perf.factory import step_time_model
 from dynosim.perf.memory import KVPool, check_feasible
@@ -53,6 +56,28 @@ def resolve(config: DeploymentConfig) -> DeploymentPerf:
         pool=pool,
         kv_bytes_per_token=pool.kv_bytes_per_token,
     )
+
+
+def resolve_pools(
+    config: DeploymentConfig, perf: Callable[[DeploymentConfig], DeploymentPerf] = resolve
+) -> dict[PoolName, DeploymentPerf]:
+    """Each pool's performance: ``perf`` of the deployment (agg) or of each pool's view of it.
+
+    Raises:
+        ConfigError, InfeasibleError: as ``resolve``; in disagg mode the field or message
+            names the pool (``decode.tp``, "decode pool: ...").
+    """
+    if config.mode == "agg":
+        return {"agg": perf(config)}
+    out: dict[PoolName, DeploymentPerf] = {}
+    for name, _ in config.pools():
+        try:
+            out[name] = perf(config.pool_view(name))
+        except ConfigError as exc:
+            raise ConfigError(f"{name}.{exc.field}", exc.value, exc.allowed) from None
+        except InfeasibleError as exc:
+            raise InfeasibleError(f"{name} pool: {exc}") from None
+    return out
 
 
 def kv_link(config: DeploymentConfig) -> tuple[float, float]:

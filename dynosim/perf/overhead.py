@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from dynosim.config import SERVER_DEFAULT_HOST, DeploymentConfig, HostConfig
+from dynosim.config import DeploymentConfig
 from dynosim.perf.calibration import CalibrationProfile, StepCalibration, load_profile
 
 if TYPE_CHECKING:
@@ -90,12 +90,7 @@ def with_calibration(config: DeploymentConfig, base_dir: Path | None = None) -> 
     named = config.calibration is not None
     if named and config.host is None and max(host.request_us, host.input_token_us,
                                               host.output_token_us) > 0:  # fmt: skip
-        # a streaming cost was fitted with the server's default process count: so it is run
-        count = SERVER_DEFAULT_HOST[config.backend] if host.output_token_us > 0 else {}
-        config = replace(config, host=HostConfig(
-            request_us=host.request_us, input_token_us=host.input_token_us,
-            output_token_us=host.output_token_us, **count,
-        ))  # fmt: skip
+        config = replace(config, host=host.host_config(config.backend))
     return config
 
 

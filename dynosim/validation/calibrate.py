@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -335,6 +335,13 @@ class BackendFit:
         return out
 
 
+def _configurations(d: Design) -> Iterator[npt.NDArray[np.bool_]]:
+    """The rows of each configuration of ``d`` (leave-one-configuration-out), in sorted order."""
+    configs = [d.configuration(m) for m in d.rows]
+    for c in sorted(set(configs)):
+        yield np.array([k == c for k in configs])
+
+
 def fit_backend(d: Design, backend: str, before: F64, opts: FitOptions) -> BackendFit:
     """Fit on all rows of ``d``, and leave each configuration out in turn.
 
@@ -345,11 +352,9 @@ def fit_backend(d: Design, backend: str, before: F64, opts: FitOptions) -> Backe
     own = _own_sources(d.rows) if opts.source_hosts and opts.fit_host else []
     all_idx = np.arange(len(d.rows))
     theta = fit_theta(d, all_idx, opts, own)
-    configs = [d.configuration(m) for m in d.rows]
     loo_t, loo_p = np.empty(len(d.rows)), np.empty(len(d.rows))
     pt, pp = predict(d, theta, own)
-    for c in sorted(set(configs)):
-        out = np.array([k == c for k in configs])
+    for out in _configurations(d):
         if out.all():  # one configuration only: nothing to hold out against
             loo_t[out], loo_p[out] = pt[out], pp[out]
             continue
@@ -489,9 +494,9 @@ def _delays(
         idx = keep & (src == s)
         pairs.append(_host_delays(t[idx], isl[idx], real[idx], weight) if idx.any() else pairs[0])
     where = {s: j + 1 for j, s in enumerate(own)}
-    delay = np.array([(pairs[where.get(s or "", 0)][0] + pairs[where.get(s or "", 0)][1] * x)
-                      * 1e-3 for s, x in zip(sources, isl, strict=True)])  # fmt: skip
-    return delay, np.array([v for pair in pairs for v in pair])
+    per_row = np.array([pairs[where.get(s or "", 0)] for s in sources]).reshape(-1, 2)
+    delay = (per_row[:, 0] + per_row[:, 1] * isl) * 1e-3
+    return delay, np.array(pairs).ravel()
 
 
 def fit_host(
@@ -556,10 +561,8 @@ def fit_host(
     theta = f.theta.copy()
     linear_host = host_matrix(d, f.own)[:, 5:] @ theta[5:]
     _, theta[5:] = _delays(t, isl, real_t, sources, f.own, everything, opts.ttft_weight)
-    configs = [d.configuration(m) for m in d.rows]
     loo_delay = np.empty(len(d.rows))
-    for c in sorted(set(configs)):
-        out = np.array([k == c for k in configs])
+    for out in _configurations(d):
         keep = ~out if (~out).any() else everything
         delay, _ = _delays(t, isl, real_t, sources, f.own, keep, opts.ttft_weight)
         loo_delay[out] = delay[out]

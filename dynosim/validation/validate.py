@@ -21,15 +21,15 @@ from typing import Any
 
 import numpy as np
 
-from dynosim.config import SERVER_DEFAULT_HOST, DeploymentConfig, HostConfig
-from dynosim.errors import ConfigError, DynosimError, InfeasibleError
+from dynosim.config import DeploymentConfig, PoolName
+from dynosim.errors import DynosimError
 from dynosim.perf.calibration import (
     CalibrationProfile,
     HostCalibration,
     StepCalibration,
     load_profile,
 )
-from dynosim.perf.deployment import DeploymentPerf, resolve
+from dynosim.perf.deployment import DeploymentPerf, resolve, resolve_pools
 from dynosim.perf.overhead import NO_OVERHEAD, CalibratedStepTime
 from dynosim.simulation import Simulation
 from dynosim.types import Request
@@ -170,29 +170,21 @@ def row_requests(m: Measurement, rounds: int) -> tuple[list[Request], int]:
 
 def row_perf(
     m: Measurement, step: StepCalibration, timing: str = "aic"
-) -> DeploymentPerf | dict[str, DeploymentPerf]:
+) -> DeploymentPerf | dict[PoolName, DeploymentPerf]:
     """The row's deployment performance with the step calibration ``step`` (per pool if disagg).
 
     The kernel model is built without overhead and ``step`` is applied on top of it
     (:class:`~dynosim.perf.overhead.CalibratedStepTime`), so any step calibration, also a probe
     with zero kernel factors, can be replayed.
     """
-    config = replace(row_config(m, timing), framework_overhead_us=0.0)
 
-    def calibrated(perf: DeploymentPerf) -> DeploymentPerf:
+    def calibrated(config: DeploymentConfig) -> DeploymentPerf:
+        perf = resolve(config)
         return replace(perf, timing=CalibratedStepTime(perf.timing, step, NO_OVERHEAD))
 
-    if config.mode == "agg":
-        return calibrated(resolve(config))
-    out: dict[str, DeploymentPerf] = {}
-    for name, _ in config.pools():
-        try:
-            out[name] = calibrated(resolve(config.pool_view(name)))
-        except ConfigError as exc:
-            raise ConfigError(f"{name}.{exc.field}", exc.value, exc.allowed) from None
-        except InfeasibleError as exc:
-            raise InfeasibleError(f"{name} pool: {exc}") from None
-    return out
+    config = replace(row_config(m, timing), framework_overhead_us=0.0)
+    pools = resolve_pools(config, calibrated)
+    return pools["agg"] if config.mode == "agg" else pools
 
 
 def assume_client(m: Measurement, client: str) -> Measurement:
@@ -246,13 +238,7 @@ def replay(
         if cost.output_token_us > 0 or (
             host_in_sim and (cost.request_us > 0 or cost.input_token_us > 0)
         ):
-            count = SERVER_DEFAULT_HOST[m.backend] if cost.output_token_us > 0 else {}
-            sim_host = HostConfig(
-                request_us=cost.request_us if host_in_sim else 0.0,
-                input_token_us=cost.input_token_us if host_in_sim else 0.0,
-                output_token_us=cost.output_token_us, **count,
-            )  # fmt: skip
-            config = replace(config, host=sim_host)
+            config = replace(config, host=cost.host_config(m.backend, delays=host_in_sim))
             cost = HostCalibration() if host_in_sim else replace(cost, output_token_us=0.0)
         requests, warmup = row_requests(m, rounds)
         perf = row_perf(m, step or cal.step, timing)
