@@ -143,14 +143,19 @@ def measurement_context(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def markdown_table(summaries: list[dict[str, Any]]) -> str:
-    """The per-group figures as a Markdown table (replayed groups only)."""
+    """The per-group figures as a Markdown table (replayed groups only).
+
+    A group of another mode than ``agg`` has it after its backend: ``sglang (disagg)``.
+    """
     lines = ["| model | GPU | backend | rows | TTFT MAPE % | TTFT bias % | TPOT MAPE % | "
              "TPOT bias % |", "|---|---|---|---:|---:|---:|---:|---:|"]  # fmt: skip
     for s in summaries:
         if not s["replayed"]:
             continue
         cells = [_pct(s[k]) for k in ("ttft_mape", "ttft_bias", "tpot_mape", "tpot_bias")]
-        lines.append(f"| {s['model']} | {s['system']} | {s['backend']} | {s['replayed']} | "
+        mode = s.get("mode", "agg")
+        backend = s["backend"] if mode == "agg" else f"{s['backend']} ({mode})"
+        lines.append(f"| {s['model']} | {s['system']} | {backend} | {s['replayed']} | "
                      + " | ".join(cells) + " |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
