@@ -16,7 +16,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS = (
-    ("dynosim.errors", "dynosim.types", "dynosim.files", "dynosim.timer", "dynosim.config",
+    ("dynosim.errors", "dynosim.checks", "dynosim.moved", "dynosim.types", "dynosim.files",
+     "dynosim.timer", "dynosim.config",
      "dynosim.workload"),
     ("dynosim.perf",),
     ("dynosim.engine",),
