@@ -5,17 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dynosim.config import (
-    GPUS_PER_NODE,
-    NVLINK_LATENCY_US,
-    RDMA_GBPS,
-    RDMA_LATENCY_US,
-    DeploymentConfig,
-    PoolName,
-)
+from dynosim.config import DeploymentConfig, PoolName
 from dynosim.errors import ConfigError, InfeasibleError
 from dynosim.perf.catalog import gpu_spec
 from dynosim.perf.factory import step_time_model
+from dynosim.perf.hardware import GPUS_PER_NODE, NVLINK_LATENCY_US, RDMA_GBPS, RDMA_LATENCY_US
 from dynosim.perf.memory import KVPool, check_feasible
 from dynosim.perf.protocol import StepTimeModel
 

@@ -1,0 +1,120 @@
+"""The engine section: per-worker engine knobs, and which of them only one backend has."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from dynosim.checks import choice, flag, integer, number
+from dynosim.errors import ConfigError
+
+Backend = Literal["vllm", "sglang", "trtllm"]
+SchedulePolicy = Literal["fcfs", "lpm"]
+CapacityPolicy = Literal["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"]
+
+BLOCK_SIZES = (16, 32, 64, 128, 256, 512)
+SGLANG_PAGE_SIZES = (1, 2, 4, 8)
+"""Page sizes below 16 tokens: SGLang only (its ``--page-size`` defaults to 1)."""
+BACKEND_ENGINE_FIELDS: dict[str, tuple[str, ...]] = {
+    "vllm": (),
+    "sglang": (
+        "enable_mixed_chunk",
+        "max_prefill_tokens",
+        "schedule_policy",
+        "schedule_conservativeness",
+    ),
+    "trtllm": ("capacity_scheduler_policy",),
+}
+"""The engine fields only one backend has (``None`` = that backend's default)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineConfig:
+    """Per-worker engine knobs.
+
+    The first six apply to every backend and are named as vLLM names them; each backend's
+    flag for them (``dynosim export`` writes it) is: ``max_num_seqs`` = SGLang
+    ``--max-running-requests`` = TRT-LLM ``max_batch_size``; ``max_num_batched_tokens`` =
+    SGLang ``--chunked-prefill-size`` = TRT-LLM ``max_num_tokens``; ``block_size`` = SGLang
+    ``--page-size`` = TRT-LLM ``tokens_per_block``; ``enable_prefix_caching`` = SGLang's radix
+    cache = TRT-LLM ``enable_block_reuse``.
+
+    The others belong to one backend's scheduler (``None``: that backend's default) and are an
+    error with another backend (:data:`BACKEND_ENGINE_FIELDS`):
+
+    * SGLang (``sglang/srt/server_args.py``): ``enable_mixed_chunk`` (default false: prefill
+      and decode batches alternate), ``max_prefill_tokens`` (16384: prompt tokens admitted per
+      prefill batch), ``schedule_policy`` (``fcfs`` | ``lpm``: longest prefix match first),
+      ``schedule_conservativeness`` (1.0: scales the output-token reservation that decides
+      admission);
+    * TRT-LLM (``tensorrt_llm/llmapi/llm_args.py`` ``SchedulerConfig``):
+      ``capacity_scheduler_policy`` (``GUARANTEED_NO_EVICT``, the default: a request is
+      admitted only if its whole output's KV can be reserved, and nothing is ever evicted |
+      ``MAX_UTILIZATION``: pack the batch, pause the newest request on a shortage).
+    """
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    block_size: int = 64
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    gpu_memory_utilization: float = 0.9
+    enable_mixed_chunk: bool | None = None
+    max_prefill_tokens: int | None = None
+    schedule_policy: SchedulePolicy | None = None
+    schedule_conservativeness: float | None = None
+    capacity_scheduler_policy: CapacityPolicy | None = None
+
+    def __post_init__(self) -> None:
+        integer("engine.max_num_seqs", self.max_num_seqs, 1, 65536)
+        integer("engine.max_num_batched_tokens", self.max_num_batched_tokens, 1, 1 << 20)
+        if self.block_size not in BLOCK_SIZES + SGLANG_PAGE_SIZES:
+            raise ConfigError(
+                "engine.block_size", self.block_size, " | ".join(map(str, BLOCK_SIZES))
+            )
+        if self.enable_mixed_chunk is not None:
+            flag("engine.enable_mixed_chunk", self.enable_mixed_chunk)
+        if self.max_prefill_tokens is not None:
+            integer("engine.max_prefill_tokens", self.max_prefill_tokens, 1, 1 << 20)
+        if self.schedule_policy is not None:
+            choice("engine.schedule_policy", self.schedule_policy, get_args(SchedulePolicy))
+        if self.schedule_conservativeness is not None:
+            number("engine.schedule_conservativeness", self.schedule_conservativeness, 0, 100)
+        if self.capacity_scheduler_policy is not None:
+            choice(
+                "engine.capacity_scheduler_policy",
+                self.capacity_scheduler_policy,
+                get_args(CapacityPolicy),
+            )
+        flag("engine.enable_prefix_caching", self.enable_prefix_caching)
+        flag("engine.enable_chunked_prefill", self.enable_chunked_prefill)
+        number("engine.gpu_memory_utilization", self.gpu_memory_utilization, 0, 1, open_low=True)
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ConfigError(
+                "engine.max_num_batched_tokens",
+                self.max_num_batched_tokens,
+                f">= engine.max_num_seqs ({self.max_num_seqs}), as vLLM requires",
+            )
+
+
+def check_backend_engine(backend: str, where: str, engine: EngineConfig) -> None:
+    """A backend-specific engine field set for another backend is an error.
+
+    ``where`` prefixes the field in the message (``decode.`` for a pool's engine).
+    """
+    for other, names in BACKEND_ENGINE_FIELDS.items():
+        if other == backend:
+            continue
+        for name in names:
+            value = getattr(engine, name)
+            if value is not None:
+                raise ConfigError(
+                    f"{where}engine.{name}", value, f"only with backend: {other} (this is "
+                    f"{backend})"
+                )  # fmt: skip
+    if backend != "sglang" and engine.block_size in SGLANG_PAGE_SIZES:
+        raise ConfigError(
+            f"{where}engine.block_size",
+            engine.block_size,
+            " | ".join(map(str, BLOCK_SIZES)) + f" with backend: {backend} (1-8: sglang only)",
+        )
