@@ -25,7 +25,8 @@ import functools
 from dataclasses import replace
 
 from dynosim.errors import ConfigError
-from dynosim.perf.model_config import ModelSpec, aic_model_ids, load_aic_model, load_config_file
+from dynosim.perf.model_config import aic_model_ids, load_aic_model, load_config_file
+from dynosim.perf.model_spec import ModelSpec
 from dynosim.perf.systems import GpuSpec, load_system, system_names
 
 __all__ = [

@@ -39,7 +39,7 @@ from dynosim.perf.protocol import StepTimeModel
 
 if TYPE_CHECKING:
     from dynosim.config import SpeculativeConfig
-    from dynosim.perf.model_config import ModelSpec
+    from dynosim.perf.model_spec import ModelSpec
 
 
 def acceptance_profile(spec: SpeculativeConfig) -> tuple[float, ...]:

@@ -16,6 +16,7 @@ from dynosim.config import DeploymentConfig
 from dynosim.errors import ConfigError
 from dynosim.perf import aic
 from dynosim.perf.aic import EstimatedTimingWarning
+from dynosim.perf.aic.key import _query_version
 from dynosim.perf.calibration import StepCalibration
 from dynosim.perf.factory import step_time_model
 from dynosim.perf.overhead import NO_OVERHEAD, CalibratedStepTime
@@ -230,18 +231,18 @@ def test_aic_disk_cache(cache_root: Path) -> None:
 
 
 def test_aic_query_version_disk_cache(cache_root: Path) -> None:
-    aic._query_version.cache_clear()
+    _query_version.cache_clear()
     cfg = DeploymentConfig(model=MODEL, gpu="h100_sxm", backend="trtllm")
     key = aic.resolve_key(cfg)
     path = cache_root / "aic" / f"query_versions_aic{aic.aic_version()}.json"
     assert json.loads(path.read_text()) == {"h100_sxm/trtllm": key.backend_version}
-    aic._query_version.cache_clear()
+    _query_version.cache_clear()
     path.write_text(json.dumps({"h100_sxm/trtllm": "from-disk"}))
     assert aic.resolve_key(cfg).backend_version == "from-disk"  # read, not resolved again
     path.write_text("not json")
-    aic._query_version.cache_clear()
+    _query_version.cache_clear()
     assert aic.resolve_key(cfg) == key  # an unreadable cache file is rebuilt
-    aic._query_version.cache_clear()
+    _query_version.cache_clear()
 
 
 def test_overhead_override_adds_constant(cache_root: Path) -> None:

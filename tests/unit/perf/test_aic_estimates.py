@@ -16,6 +16,8 @@ from dynosim.config import DeploymentConfig
 from dynosim.errors import ConfigError
 from dynosim.perf import aic
 from dynosim.perf.aic import AicStepTime, EstimatedTimingWarning, check_key, quant_modes
+from dynosim.perf.aic.build import _compile, _moe_as_expert_parallel
+from dynosim.perf.aic.cache import _build_or_error
 from dynosim.validation.silicon import parse_row
 
 
@@ -23,7 +25,7 @@ from dynosim.validation.silicon import parse_row
 def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """An empty table cache, and no tables remembered in memory."""
     monkeypatch.setenv("DYNOSIM_CACHE_DIR", str(tmp_path))
-    caches = (aic.load_tables, aic._build_or_error, aic.check_key)
+    caches = (aic.load_tables, _build_or_error, aic.check_key)
     for c in caches:
         c.cache_clear()
     yield tmp_path
@@ -126,11 +128,11 @@ def test_a_blank_attention_dp_column_is_inferred_from_the_moe_width() -> None:
 def test_unmeasured_expert_splits_are_timed_as_expert_parallelism_on_the_same_gpus() -> None:
     """gpt-oss on B200 TRT-LLM at moe_tp 2: the routed-expert op comes from ep 2's kernels."""
     key = aic.resolve_key(gpt_oss(2))
-    own, _ = aic._compile(key, "HYBRID")
-    mixed, note = aic._moe_as_expert_parallel(key, own)
+    own, _ = _compile(key, "HYBRID")
+    mixed, note = _moe_as_expert_parallel(key, own)
     assert "measured moe_tp=1 ep=2 kernels" in note
     proxy_key = aic.resolve_key(DeploymentConfig.from_dict({**gpt_oss(2).to_dict(), "ep": 2}))
-    proxy, _ = aic._compile(proxy_key, "SILICON")
+    proxy, _ = _compile(proxy_key, "SILICON")
     names = [str(own.evaluate_generation_ops([i], batch_size=1, s=16)[0][0]) for i in range(14)]
     moe = names.index("generation_moe")
     for i, name in enumerate(names):

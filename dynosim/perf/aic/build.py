@@ -1,0 +1,373 @@
+"""AIConfigurator's compiled engine evaluated on log-spaced grids: the tables, in microseconds.
+
+:func:`build_tables` compiles the model of an :class:`~dynosim.perf.aic.key.AicKey` and
+evaluates it once per grid point (4 points per octave), a few seconds per key:
+
+* ``nonattn_us[T]``: every op except attention and the LM head (GEMMs, norms, activations,
+  embedding, TP all-reduce) for a step of ``T`` tokens;
+* ``logits_us[R]``: the LM-head GEMM for ``R`` requests (one token each);
+* ``prefill_us[c, p]``: context attention of one request computing ``c`` new tokens over
+  ``p`` cached ones;
+* ``decode_us[n, K]``: generation attention of ``n`` requests attending ``K`` KV tokens in all,
+  i.e. AIConfigurator's ``(batch=n, s=K/n)``;
+* ``dec_nonattn_us[R]``: every generation op except attention and the LM head for a decode-only
+  step of ``R`` requests, when the generation op list differs from the context one (else empty).
+
+Tables are made monotone (running maximum along each axis) so that interpolated step times
+are monotone in every input. Also the cheap feasibility walk of a key's op lists
+(:func:`_walk`) and the proxy that times unmeasured MoE splits as expert parallelism.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dynosim.errors import ConfigError
+from dynosim.perf.aic.key import AicKey, _quiet, quant_modes
+from dynosim.perf.catalog import model_spec
+from dynosim.perf.model_config import max_context
+
+F64 = npt.NDArray[np.float64]
+_PER_OCTAVE = 4
+_MAX_TOKENS = 1 << 20  # grid end for step tokens, chunk and context lengths
+_MAX_REQUESTS = 1 << 16  # grid end for requests per step
+_MAX_DECODE_KV = 1 << 27  # grid end for total KV tokens of a decode batch
+_KV_QUANT = {"bf16": "bfloat16", "fp8": "fp8"}
+# Ops whose time depends on the context length (the rest depend on the step's tokens only).
+_ATTENTION_OPS = ("_attention", "_mla_block", "_dsa_block", "_mla_module", "_dsa_module")
+
+
+def _log_grid(hi: int, *, zero: bool = False) -> F64:
+    """Integers 1..hi spaced ``_PER_OCTAVE`` per octave (plus 0 if ``zero``)."""
+    steps = np.arange(round(math.log2(hi) * _PER_OCTAVE) + 1) / _PER_OCTAVE
+    grid = np.unique(np.rint(np.exp2(steps)))
+    return np.concatenate([[0.0], grid]) if zero else grid
+
+
+def _monotone(table: F64) -> F64:
+    """Running maximum along every axis."""
+    for axis in range(table.ndim):
+        table = np.maximum.accumulate(table, axis=axis)
+    return table
+
+
+@contextlib.contextmanager
+def _database_mode(key: AicKey, mode: str) -> Iterator[None]:
+    """AIConfigurator's perf database of ``key`` in query mode ``mode`` (SILICON | HYBRID).
+
+    The compiled engine takes the mode from the (process-wide, cached) database when it is
+    compiled; the database is put back in SILICON mode afterwards.
+    """
+    if mode == "SILICON":
+        yield
+        return
+    from aiconfigurator_core.sdk import common, perf_database
+
+    db = perf_database.get_database(key.gpu, key.backend, key.backend_version)
+    if db is None:
+        yield
+        return
+    db.set_default_database_mode(common.DatabaseMode[mode])
+    try:
+        yield
+    finally:
+        db.set_default_database_mode(common.DatabaseMode.SILICON)
+
+
+def _compile(key: AicKey, mode: str = "SILICON") -> tuple[Any, str]:
+    """AIConfigurator's compiled engine for ``key``, and why its MoE timing is a proxy ("").
+
+    Block-FP8 experts whose TP shard is not a whole number of quantisation blocks (MiniMax-M2.5
+    at moe_tp 8: 1536 / 8 = 192, blocks of 128) are outside AIConfigurator's data, though the
+    engines run them; with ``database_mode: hybrid`` (and ``dtype: fp8``, the checkpoint's own
+    format) their MoE is timed with AIConfigurator's per-tensor FP8 MoE kernels instead.
+    """
+    gemm, moe = quant_modes(key)
+    try:
+        return _compile_as(key, mode, gemm, moe), ""
+    except ConfigError as err:
+        if not (
+            key.database_mode == "hybrid"
+            and key.dtype == "fp8"
+            and "weight_block_size" in str(err.allowed)
+        ):
+            raise
+        reason = str(err.allowed).rsplit(": ", 1)[-1].removesuffix(")")
+        return _compile_as(key, mode, gemm, "fp8"), f"{reason} MoE timed as per-tensor FP8"
+
+
+def _compile_as(key: AicKey, mode: str, gemm: str, moe: str | None) -> Any:
+    with _quiet(), _database_mode(key, mode):
+        from aiconfigurator_core.sdk.engine import EngineHandle
+
+        parallel: dict[str, Any] = {}
+        if key.ep > 1 or key.moe_tp > 1 or key.attention_dp > 1:
+            parallel = {
+                "attention_dp_size": key.attention_dp,
+                "moe_tp_size": key.moe_tp,
+                "moe_ep_size": key.ep,
+            }
+        if moe is not None:
+            parallel["moe_quant_mode"] = moe
+        try:
+            return EngineHandle.compile(
+                key.aic_model,
+                key.gpu,
+                key.backend,
+                backend_version=key.backend_version,
+                tp_size=key.tp,
+                gemm_quant_mode=gemm,
+                kvcache_quant_mode=_KV_QUANT[key.kv_dtype],
+                fmha_quant_mode="bfloat16",
+                **parallel,
+            )
+        except Exception as err:
+            reason = " ".join(str(err).split())[:300]
+            raise ConfigError(
+                "timing",
+                "aic",
+                f"roofline (AIConfigurator cannot model {key.aic_model} on {key.gpu} with "
+                f"{key.backend} {key.backend_version}, tp={key.tp} ep={key.ep} "
+                f"moe_tp={key.moe_tp} attention_dp={key.attention_dp}, {key.dtype}: {reason})",
+            ) from None
+
+
+def _probe_ops(evaluate: Callable[[list[int]], list[Any]]) -> list[Any]:
+    """Every op of an op list, one at a time: ``(name, ms, ..., source)`` of each.
+
+    Raises:
+        ConfigError: AIConfigurator lacks data for one of the ops.
+    """
+    ops: list[Any] = []
+    for i in range(256):
+        try:
+            ops.append(evaluate([i])[0])
+        except Exception as err:
+            if "out of range" in str(err):
+                break  # the end of the op list
+            reason = " ".join(str(err).split())[:300]
+            raise ConfigError("timing", "aic", f"roofline ({_LACKS_DATA}: {reason})") from None
+    return ops
+
+
+def _op_indices(
+    evaluate: Callable[[list[int]], list[Any]],
+) -> tuple[list[int], list[int], int]:
+    """Positions of (other ops, the attention ops, the LM head or -1) in an op list.
+
+    Attention ops are those whose time depends on the context (softmax attention, MLA and
+    DSA blocks); a model may have several (gpt-oss: full and sliding-window layers).
+    """
+    other: list[int] = []
+    attn: list[int] = []
+    logits = -1
+    for i, op in enumerate(_probe_ops(evaluate)):
+        name = str(op[0])
+        if name.endswith(_ATTENTION_OPS):
+            attn.append(i)
+        elif "logits" in name:
+            logits = i
+        else:
+            other.append(i)
+    if not attn:
+        raise ConfigError("timing", "aic", "roofline (unexpected AIConfigurator op list)")
+    return other, attn, logits
+
+
+def _walk(key: AicKey, mode: str) -> None:
+    h, _ = _compile(key, mode)
+    with _quiet():
+        _op_indices(lambda idx: h.evaluate_context_ops(idx, batch_size=1, s=16))
+        _, _, logits = _op_indices(lambda idx: h.evaluate_generation_ops(idx, batch_size=1, s=16))
+    if logits < 0:
+        raise ConfigError("timing", "aic", "roofline (AIConfigurator op list has no LM head)")
+
+
+def _estimable(key: AicKey, err: ConfigError) -> bool:
+    """Whether ``err`` is missing measurements that HYBRID mode may estimate for ``key``."""
+    return key.database_mode == "hybrid" and _LACKS_DATA in str(err.allowed)
+
+
+_LACKS_DATA = "AIConfigurator lacks data"
+
+
+def build_tables(key: AicKey, mode: str = "SILICON") -> tuple[dict[str, F64], str]:
+    """Evaluate AIConfigurator on the grids (a few seconds); values in microseconds.
+
+    Returns the tables and why any of them is a proxy (see :func:`_compile`; "" if none).
+
+    ``mode`` is AIConfigurator's database query mode: SILICON (measured data only; a missing
+    point is a ConfigError) or HYBRID (measured where it has data, else its speed-of-light
+    time times an empirical factor).
+    """
+    h, note = _compile(key, mode)
+    if mode == "HYBRID" and key.moe_tp > 1:
+        h, proxy = _moe_as_expert_parallel(key, h)
+        note = "; ".join(n for n in (note, proxy) if n)
+    try:
+        return _evaluate_grids(key, h), note
+    except ConfigError:
+        raise
+    except Exception as err:  # a grid point AIConfigurator has no data for
+        reason = " ".join(str(err).split())[:300]
+        raise ConfigError("timing", "aic", f"roofline ({_LACKS_DATA}: {reason})") from None
+
+
+def _moe_as_expert_parallel(key: AicKey, h: Any) -> tuple[Any, str]:
+    """``h`` with its unmeasured routed-expert op timed as expert parallelism on the same GPUs.
+
+    AIConfigurator measures some MoE kernels only unsplit (gpt-oss on TensorRT-LLM: every
+    ``moe_tp = 1``, ``ep`` up to 128). Splitting each expert over ``m`` GPUs (``moe_tp = m``)
+    or placing ``1/m`` of the experts on each (``ep = m``) puts the same expert bytes and, on
+    average, the same expert FLOPs on every GPU, so the measured ``moe_tp = 1, ep = m x ep``
+    kernel is a closer proxy than a speed-of-light estimate (gpt-oss on B200 TRT-LLM, the rows
+    so estimated: TPOT MAPE 70% with HYBRID's estimate, 16% with this one). Only the
+    routed-expert op is taken from the proxy; dispatch, attention and the rest stay the
+    deployment's own. Returns ``h`` unchanged and "" when there is no such op or the proxy has
+    no measurements either.
+    """
+    proxy_key = dataclasses.replace(key, moe_tp=1, ep=key.ep * key.moe_tp)
+    try:
+        proxy, _ = _compile(proxy_key, "SILICON")
+    except ConfigError:
+        return h, ""
+    moe: dict[str, set[int]] = {}
+    with _quiet():
+        for phase in ("context", "generation"):
+            evaluate = functools.partial(getattr(h, f"evaluate_{phase}_ops"), batch_size=1, s=16)
+            other = getattr(proxy, f"evaluate_{phase}_ops")
+            moe[phase] = set()
+            for i, mine in enumerate(_probe_ops(evaluate)):
+                if not (str(mine[0]).endswith("_moe") and mine[3] != "silicon"):
+                    continue
+                try:
+                    theirs = other([i], batch_size=1, s=16)[0]
+                except Exception:
+                    return h, ""
+                if theirs[0] != mine[0] or theirs[3] != "silicon":
+                    return h, ""
+                moe[phase].add(i)
+    if not (moe["context"] or moe["generation"]):
+        return h, ""
+    note = (
+        f"routed experts timed as AIConfigurator's measured moe_tp=1 ep={proxy_key.ep} "
+        f"kernels (the same expert bytes per GPU as moe_tp={key.moe_tp} ep={key.ep})"
+    )
+    return _MoeFrom(h, proxy, moe["context"], moe["generation"]), note
+
+
+class _MoeFrom:
+    """An engine handle whose ops at some indices are evaluated by another handle.
+
+    The results are the own handle's ops, then the proxy's (not in ``idx`` order): the callers
+    sum their times or ask for one op at a time.
+    """
+
+    def __init__(self, own: Any, proxy: Any, context: set[int], generation: set[int]) -> None:
+        self._own, self._proxy = own, proxy
+        self._moved = {"context": context, "generation": generation}
+
+    def evaluate_context_ops(self, idx: list[int], **kw: Any) -> list[Any]:
+        """The context ops at ``idx`` (AIConfigurator's ``evaluate_context_ops``)."""
+        return self._split("context", idx, kw)
+
+    def evaluate_generation_ops(self, idx: list[int], **kw: Any) -> list[Any]:
+        """The generation ops at ``idx`` (AIConfigurator's ``evaluate_generation_ops``)."""
+        return self._split("generation", idx, kw)
+
+    def _split(self, phase: str, idx: list[int], kw: dict[str, Any]) -> list[Any]:
+        moved = self._moved[phase]
+        name = f"evaluate_{phase}_ops"
+        mine = [i for i in idx if i not in moved]
+        theirs = [i for i in idx if i in moved]
+        # Callers sum the times (AIConfigurator may return one entry for ops of one name).
+        own = getattr(self._own, name)(mine, **kw) if mine else []
+        return [*own, *(getattr(self._proxy, name)(theirs, **kw) if theirs else [])]
+
+
+def _evaluate_grids(key: AicKey, h: Any) -> dict[str, F64]:
+    with _quiet():
+        # The LM head is priced from the generation op list: MoE context lists omit it.
+        ctx_ops, ctx_attn, _ = _op_indices(
+            lambda idx: h.evaluate_context_ops(idx, batch_size=1, s=16)
+        )
+        gen_ops, gen_attn, logits = _op_indices(
+            lambda idx: h.evaluate_generation_ops(idx, batch_size=1, s=16)
+        )
+        same_ops = _op_names(h.evaluate_context_ops, ctx_ops) == _op_names(
+            h.evaluate_generation_ops, gen_ops
+        )
+        if logits < 0:
+            raise ConfigError("timing", "aic", "roofline (AIConfigurator op list has no LM head)")
+
+        def ms(values: list[Any]) -> float:
+            return float(sum(v[1] for v in values))
+
+        tok = _log_grid(_MAX_TOKENS)
+        nonattn = [
+            ms(h.evaluate_context_ops(ctx_ops, batch_size=1, s=int(t), x=int(t))) for t in tok
+        ]
+        req = _log_grid(_MAX_REQUESTS)
+        logit = [ms(h.evaluate_generation_ops([logits], batch_size=int(r), s=1)) for r in req]
+        dec_nonattn = (
+            []
+            if same_ops
+            else [ms(h.evaluate_generation_ops(gen_ops, batch_size=int(r), s=1)) for r in req]
+        )
+        chunk = _log_grid(_MAX_TOKENS)
+        ctx = _log_grid(_MAX_TOKENS, zero=True)
+        prefill = [
+            [
+                ms(h.evaluate_context_ops(ctx_attn, batch_size=1, s=int(c), prefix=int(p)))
+                for p in ctx
+            ]
+            for c in chunk
+        ]
+        dec_n = _log_grid(_MAX_REQUESTS)
+        dec_k = _log_grid(_MAX_DECODE_KV)
+        # A request cannot attend more than the model's context: cells with fewer, longer
+        # requests are priced at that length (AIConfigurator extrapolates wildly beyond its
+        # data there, and the monotone envelope would carry such a value to every larger batch).
+        # Dense models keep their uncapped tables (their results stay as validated before).
+        spec = model_spec(key.aic_model)
+        plain = not (spec.is_moe or spec.is_mla or spec.linear_layers or spec.sliding_layers)
+        cap = _MAX_TOKENS if plain else max_context(key.aic_model) or _MAX_TOKENS
+        decode = [
+            [
+                ms(
+                    h.evaluate_generation_ops(
+                        gen_attn, batch_size=int(n), s=min(cap, max(1, round(k / n)))
+                    )
+                )
+                for k in dec_k
+            ]
+            for n in dec_n
+        ]
+    to_us = 1000.0
+    return {
+        "tok_grid": tok,
+        "nonattn_us": _monotone(np.asarray(nonattn) * to_us),
+        "req_grid": req,
+        "logits_us": _monotone(np.asarray(logit) * to_us),
+        "chunk_grid": chunk,
+        "ctx_grid": ctx,
+        "prefill_us": _monotone(np.asarray(prefill) * to_us),
+        "dec_n_grid": dec_n,
+        "dec_k_grid": dec_k,
+        "decode_us": _monotone(np.asarray(decode) * to_us),
+        "dec_nonattn_us": _monotone(np.asarray(dec_nonattn, dtype=np.float64) * to_us),
+    }
+
+
+def _op_names(evaluate: Callable[..., list[Any]], indices: list[int]) -> list[str]:
+    """Names of the ops at ``indices`` without their phase prefix."""
+    names = [str(v[0]) for v in evaluate(indices, batch_size=1, s=16)]
+    return [n.removeprefix("context_").removeprefix("generation_") for n in names]

@@ -1,0 +1,222 @@
+"""The step-time model that interpolates AIConfigurator tables with linear arithmetic only.
+
+A step's prefill attention is ``F + sum_i (prefill_us[c_i, p_i] - F)`` with
+``F = prefill_us[1, 0]``, the kernel-launch floor paid once per step (this tracks
+AIConfigurator's batched attention within ~20%, where summing per request overcounts ~3x).
+Decode-only steps use ``dec_nonattn_us`` when the model has it, else ``nonattn_us``. Values
+beyond a grid's end extrapolate its last segment linearly. AIConfigurator reports kernel time
+only; the backend's framework overhead is added per step.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from dynosim.config import DeploymentConfig
+from dynosim.perf.aic.build import F64
+from dynosim.perf.aic.cache import EstimatedTimingWarning, load_tables
+from dynosim.perf.aic.key import resolve_key
+from dynosim.perf.overhead import FrameworkOverhead, framework_overhead
+
+_SCALAR_RUN = 20  # decode runs up to this many steps are priced in Python floats (faster)
+
+
+def _seg(grid: Sequence[float], x: float) -> tuple[int, float]:
+    """Segment index and (possibly > 1, extrapolating) weight of ``x`` on ``grid``."""
+    i = bisect_right(grid, x) - 1
+    i = min(max(i, 0), len(grid) - 2)
+    return i, (x - grid[i]) / (grid[i + 1] - grid[i])
+
+
+def _lerp(grid: Sequence[float], vals: Sequence[float], x: float) -> float:
+    i, w = _seg(grid, x)
+    return vals[i] + w * (vals[i + 1] - vals[i])
+
+
+class AicStepTime:
+    """:class:`~dynosim.perf.protocol.StepTimeModel` interpolating AIConfigurator tables."""
+
+    def __init__(self, tables: dict[str, F64], overhead: FrameworkOverhead) -> None:
+        """Wrap precomputed ``tables`` (see :func:`.build_tables`) and a framework overhead."""
+        self.overhead = overhead
+        t = {k: np.ascontiguousarray(v, dtype=np.float64) for k, v in tables.items()}
+        self._tok: list[float] = t["tok_grid"].tolist()
+        self._nonattn: list[float] = t["nonattn_us"].tolist()
+        self._req: list[float] = t["req_grid"].tolist()
+        self._logits: list[float] = t["logits_us"].tolist()
+        self._chunk: list[float] = t["chunk_grid"].tolist()
+        self._ctx: list[float] = t["ctx_grid"].tolist()
+        self._prefill: list[list[float]] = t["prefill_us"].tolist()
+        self._floor: float = self._prefill[0][0]
+        self._dn: list[float] = t["dec_n_grid"].tolist()
+        # Python floats: the scalar and the vectorised decode paths apply the same IEEE-754
+        # operations in the same order, hence give the same bits (no transcendentals, no FMA).
+        kg, dec = t["dec_k_grid"], t["decode_us"]
+        self._kg_l: list[float] = kg.tolist()
+        self._kw_l: list[float] = np.diff(kg).tolist()
+        self._dec_l: list[list[float]] = dec.tolist()
+        self._ddec_l: list[list[float]] = np.diff(dec, axis=1).tolist()
+        self._dec_nonattn: list[float] = t["dec_nonattn_us"].tolist()
+        self._per_n: dict[int, tuple[int, float, float]] = {}
+        self._per_r: dict[int, tuple[float, float]] = {}
+
+    @classmethod
+    def from_config(cls, config: DeploymentConfig) -> AicStepTime:
+        """Build (or load cached) tables for ``config``.
+
+        Raises:
+            ConfigError: AIConfigurator lacks the model, GPU, backend or dtype.
+
+        Warns:
+            EstimatedTimingWarning: AIConfigurator had no measurements for some ops at this
+                shape, and they are its estimates (``aic_database_mode: hybrid``).
+        """
+        key = resolve_key(config)
+        tables, note = load_tables(key)
+        if note:
+            warnings.warn(EstimatedTimingWarning(key, note), stacklevel=2)
+        return cls(tables, framework_overhead(config))
+
+    def _const_us(self, n_tokens: int, n_requests: int) -> float:
+        """Attention-free part of a step: other ops, LM head and framework overhead."""
+        per_request = self._per_r.get(n_requests)
+        if per_request is None:
+            logits = _lerp(self._req, self._logits, float(n_requests))
+            per_request = (logits, self.overhead.us(n_requests))
+            self._per_r[n_requests] = per_request
+        return _lerp(self._tok, self._nonattn, float(n_tokens)) + per_request[0] + per_request[1]
+
+    def _prefill_attn_us(self, chunk: int, context: int) -> float:
+        grid, x = self._chunk, float(max(chunk, 1))
+        i = min(max(bisect_right(grid, x) - 1, 0), len(grid) - 2)
+        wc = (x - grid[i]) / (grid[i + 1] - grid[i])
+        grid, x = self._ctx, float(max(context, 0))
+        j = min(max(bisect_right(grid, x) - 1, 0), len(grid) - 2)
+        wp = (x - grid[j]) / (grid[j + 1] - grid[j])
+        r0, r1 = self._prefill[i], self._prefill[i + 1]
+        a = r0[j] + wp * (r0[j + 1] - r0[j])
+        b = r1[j] + wp * (r1[j + 1] - r1[j])
+        return a + wc * (b - a)
+
+    def _decode_row(self, n: int) -> tuple[int, float, float]:
+        """Row index and weight on the batch grid, and the attention-free time, for ``n``."""
+        row = self._per_n.get(n)
+        if row is None:
+            i, wn = _seg(self._dn, float(n))
+            if self._dec_nonattn:  # the generation op list differs from the context one
+                self._const_us(n, n)  # caches the LM head and overhead of n requests
+                logits, overhead = self._per_r[n]
+                const = _lerp(self._req, self._dec_nonattn, float(n)) + logits + overhead
+            else:
+                const = self._const_us(n, n)
+            row = (i, wn, const)
+            self._per_n[n] = row
+        return row
+
+    def _kv_cell(self, kv: float) -> int:
+        """Segment of the KV grid that prices a total KV length of ``kv``."""
+        j = bisect_right(self._kg_l, kv) - 1
+        top = len(self._kg_l) - 2
+        return (j if j < top else top) if j > 0 else 0
+
+    def _decode_cell_us(self, n: int, j: int, kv: npt.NDArray[np.int64]) -> F64:
+        """Decode step times (before rounding) of ``n`` requests for KV lengths in cell ``j``.
+
+        The same IEEE-754 operations, in the same order, as :meth:`_decode_attn_scalar_us`
+        plus the attention-free time, element by element (scalars broadcast, no FMA).
+        """
+        i, wn, const = self._decode_row(n)
+        wk = (kv - self._kg_l[j]) / self._kw_l[j]
+        a = self._dec_l[i][j] + wk * self._ddec_l[i][j]
+        b = self._dec_l[i + 1][j] + wk * self._ddec_l[i + 1][j]
+        out: F64 = a + wn * (b - a) + const
+        return out
+
+    def _decode_run_scalar_us(self, n: int, kv: range) -> list[int]:
+        """Rounded decode step times for the KV lengths ``kv`` (increasing), in Python floats.
+
+        Element by element the operations of :meth:`step_us` for a decode-only step.
+        """
+        if not kv:
+            return []
+        i, wn, const = self._decode_row(n)
+        kg, kw = self._kg_l, self._kw_l
+        a0, da, b0, db = self._dec_l[i], self._ddec_l[i], self._dec_l[i + 1], self._ddec_l[i + 1]
+        top = len(kg) - 2
+        j = self._kv_cell(float(kv[0]))
+        nxt = kg[j + 1] if j < top else math.inf
+        out: list[int] = []
+        for x in kv:
+            while x >= nxt:
+                j += 1
+                nxt = kg[j + 1] if j < top else math.inf
+            wk = (float(x) - kg[j]) / kw[j]
+            a = a0[j] + wk * da[j]
+            b = b0[j] + wk * db[j]
+            d = math.floor(a + wn * (b - a) + const + 0.5)
+            out.append(d if d > 1 else 1)
+        return out
+
+    def _decode_attn_scalar_us(self, n: int, kv: float) -> float:
+        """Decode attention of ``n`` requests attending ``kv`` KV tokens in all."""
+        i, wn, _ = self._decode_row(n)
+        j = self._kv_cell(kv)
+        wk = (kv - self._kg_l[j]) / self._kw_l[j]
+        a = self._dec_l[i][j] + wk * self._ddec_l[i][j]
+        b = self._dec_l[i + 1][j] + wk * self._ddec_l[i + 1][j]
+        return a + wn * (b - a)
+
+    def step_us(
+        self, prefill: Sequence[tuple[int, int]], n_decode: int, decode_kv_tokens: int
+    ) -> int:
+        """Duration of one mixed step (see the protocol)."""
+        if not prefill:
+            if n_decode <= 0:
+                return max(1, math.floor(self.overhead.us(0) + 0.5))
+            # Same operations, in the same order, as decode_run_us (checked bit for bit by the
+            # conformance suite); Python floats are ~5x faster than numpy on one element.
+            const = self._decode_row(n_decode)[2]
+            total = self._decode_attn_scalar_us(n_decode, float(decode_kv_tokens)) + const
+            return max(1, math.floor(total + 0.5))
+        tokens = n_decode
+        attn = self._floor
+        for chunk, context in prefill:
+            tokens += chunk
+            attn += self._prefill_attn_us(chunk, context) - self._floor
+        if n_decode > 0:
+            attn += self._decode_attn_scalar_us(n_decode, float(decode_kv_tokens))
+        total = self._const_us(max(tokens, 1), len(prefill) + n_decode) + attn
+        return max(1, math.floor(total + 0.5))
+
+    def decode_run_us(
+        self, n_decode: int, decode_kv_tokens: int, n_steps: int
+    ) -> npt.NDArray[np.int64]:
+        """Durations of ``n_steps`` decode-only steps (see the protocol)."""
+        if n_decode <= 0:
+            empty = max(1, math.floor(self.overhead.us(0) + 0.5))
+            return np.full(n_steps, empty, dtype=np.int64)
+        kv = range(decode_kv_tokens, decode_kv_tokens + n_decode * n_steps, n_decode)
+        if n_steps <= _SCALAR_RUN:
+            return np.array(self._decode_run_scalar_us(n_decode, kv), dtype=np.int64)
+        kv_all = np.arange(kv.start, kv.stop, kv.step, dtype=np.int64)
+        # Piecewise over the cells of the KV grid the run crosses (usually one or two).
+        j, last = self._kv_cell(float(kv[0])), self._kv_cell(float(kv[-1]))
+        if j == last:
+            total = self._decode_cell_us(n_decode, j, kv_all)
+        else:
+            total = np.empty(n_steps)
+            start = 0
+            for cell in range(j, last + 1):
+                stop = n_steps if cell == last else bisect_left(kv, self._kg_l[cell + 1])
+                total[start:stop] = self._decode_cell_us(n_decode, cell, kv_all[start:stop])
+                start = stop
+        # Truncation is floor for x >= 0, and both give 1 after the clamp for x < 0.
+        out = (total + 0.5).astype(np.int64)
+        np.maximum(out, 1, out=out)
+        return out
