@@ -8,7 +8,7 @@ import pytest
 
 from dynosim.errors import WorkloadError
 from dynosim.validation.measurements import read_measurements
-from search.commands.validate import markdown_table
+from search.cli.simulator.validate import markdown_table
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "measurements"
 CONTEXT = {"model": "Qwen/Qwen3-8B", "gpu": "h200_sxm", "backend": "vllm", "tp": 2}

@@ -20,8 +20,8 @@ from rich.console import Console
 
 from search import lease as lease_mod
 from search.cli import main
-from search.commands.report import study_summary
-from search.commands.tune import print_outcome
+from search.cli.study.report import study_summary
+from search.cli.study.tune import print_outcome
 from search.driver import run_study
 from search.lease import LEASE_KEY, Holder, Lease, LeaseLostError, StudyLockedError
 from search.space import Params

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from dynosim.errors import DynosimError
 from search.cli import main
-from search.commands.report import study_summary
+from search.cli.study.report import study_summary
 from search.problem import Constraint
 from search.report import (
     SloSet,

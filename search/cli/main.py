@@ -1,8 +1,10 @@
 """The ``dynosim`` command line: the one place where strings become objects.
 
-Every subcommand lives in ``search/commands/<name>.py`` with ``add_parser`` and ``run``; they are
-imported lazily so that ``dynosim simulate`` does not pay for optuna, pymoo or ray. Bad input
-(``DynosimError``) becomes a one-line message on stderr and exit status 2, never a traceback.
+Every subcommand is a module with ``add_parser`` and ``run``: the simulator's own commands in
+``search/cli/simulator/``, the autotuner's in ``search/cli/study/`` (:data:`COMMANDS` maps each
+name to its module and help text). They are imported lazily so that ``dynosim simulate`` does not
+pay for optuna, pymoo or ray. Bad input (``DynosimError``) becomes a one-line message on stderr
+and exit status 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -16,14 +18,26 @@ from collections.abc import Sequence
 from dynosim.errors import DynosimError
 
 COMMANDS = {
-    "simulate": "Simulate one deployment on a workload and print its metrics.",
-    "tune": "Run a multi-objective autotuning study from a study file.",
-    "resume": "Continue a stored study after a stop or a crash.",
-    "report": "Print a study's Pareto front and write CSV/HTML reports.",
-    "studies": "List the studies in a storage.",
-    "export": "Print a trial as launch commands for its backend and an AIPerf check.",
-    "validate": "Replay measured benchmark points in the simulator and report the error.",
-    "calibrate": "Fit a calibration profile (step and host overheads) to measurements.",
+    "simulate": (
+        "simulator.simulate",
+        "Simulate one deployment on a workload and print its metrics.",
+    ),
+    "tune": ("study.tune", "Run a multi-objective autotuning study from a study file."),
+    "resume": ("study.resume", "Continue a stored study after a stop or a crash."),
+    "report": ("study.report", "Print a study's Pareto front and write CSV/HTML reports."),
+    "studies": ("study.studies", "List the studies in a storage."),
+    "export": (
+        "study.export",
+        "Print a trial as launch commands for its backend and an AIPerf check.",
+    ),
+    "validate": (
+        "simulator.validate",
+        "Replay measured benchmark points in the simulator and report the error.",
+    ),
+    "calibrate": (
+        "simulator.calibrate",
+        "Fit a calibration profile (step and host overheads) to measurements.",
+    ),
 }
 
 
@@ -35,7 +49,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """
     parser = argparse.ArgumentParser(prog="dynosim", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, help_text in COMMANDS.items():
+    for name, (_, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         if command is not None and name != command:
             continue
@@ -46,10 +60,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def _command_module(name: str):  # type: ignore[no-untyped-def]
+    path = f"search.cli.{COMMANDS[name][0]}"
     try:
-        return importlib.import_module(f"search.commands.{name}")
+        return importlib.import_module(path)
     except ModuleNotFoundError as exc:
-        if exc.name == f"search.commands.{name}":
+        if exc.name == path:
             return None
         raise
 
@@ -79,7 +94,3 @@ def _one_line(command: str):  # type: ignore[no-untyped-def]
         print(f"dynosim {command}: warning: {message}", file=file or sys.stderr)
 
     return show
-
-
-if __name__ == "__main__":
-    sys.exit(main())

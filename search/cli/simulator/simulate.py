@@ -13,7 +13,7 @@ from dynosim.files import load_deployment
 from dynosim.metrics import LATENCY_METRICS, Metrics
 from dynosim.simulation import Simulation
 from dynosim.workload import Workload, head, load_trace_workload, load_workload_file, speedup
-from search.commands import writing
+from search.cli.shared import make_console, writing
 
 
 def add_parser(p: argparse.ArgumentParser) -> None:
@@ -68,11 +68,9 @@ def load_workload(args: argparse.Namespace) -> Workload:
 
 def run(args: argparse.Namespace) -> int:
     """Simulate and print a table; write JSON if asked."""
-    from search.terminal import make_console
-
-    console = make_console()
     from dynosim.perf.overhead import with_calibration
 
+    console = make_console()
     config = with_calibration(load_deployment(args.deployment), args.deployment.parent)
     interval = args.timeline_interval
     if not (math.isfinite(interval) and interval > 0):

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from search.commands import writing
+from search.cli.shared import make_console, writing
 from search.study_file import DEFAULT_STORAGE
 
 if TYPE_CHECKING:
@@ -30,7 +30,6 @@ def run(args: argparse.Namespace) -> int:
     """Print the summary, Pareto front, best config per SLO and knob importance; write files."""
     from search.importance import importance_table, knob_importances
     from search.report import best_lines, load_study, pareto_table, write_report
-    from search.terminal import make_console
 
     study = load_study(args.storage, args.name)
     console = make_console()

@@ -25,8 +25,14 @@ from typing import Any
 import numpy as np
 
 from dynosim.errors import DynosimError
-from search.commands import writing
-from search.commands.validate import add_context_arguments
+from search.cli.shared import (
+    add_context_arguments,
+    group_filter,
+    make_console,
+    matches,
+    measurement_context,
+    writing,
+)
 
 
 def add_parser(p: argparse.ArgumentParser) -> None:
@@ -63,8 +69,6 @@ def run(args: argparse.Namespace) -> int:
     from dynosim.perf.calibration import load_profile
     from dynosim.validation.calibrate import FitOptions, calibrate
     from dynosim.validation.measurements import read_measurements
-    from search.commands.validate import _group_filter, _matches, measurement_context
-    from search.terminal import make_console
 
     for name in ("factor_prior", "ttft_weight"):
         if not getattr(args, name) >= 0:
@@ -73,10 +77,10 @@ def run(args: argparse.Namespace) -> int:
     if args.rounds < 1:
         raise DynosimError(f"--rounds: got {args.rounds}; allowed: an integer >= 1")
     start = load_profile(args.start)
-    wanted = [_group_filter(g) for g in args.group]
+    wanted = [group_filter(g) for g in args.group]
     every = read_measurements(args.measurements, measurement_context(args))
     rows = [m for m in every if m.refused is None
-            and (not wanted or any(_matches(m.group, w) for w in wanted))]  # fmt: skip
+            and (not wanted or any(matches(m.group, w) for w in wanted))]  # fmt: skip
     if not rows:
         raise DynosimError(f"{args.measurements}: no replayable rows (after --group)")
     opts = FitOptions(fit_factors=not args.no_factors, fit_host=not args.no_host,

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from dynosim.errors import ConfigError
+from search.cli.shared import make_console
 from search.driver import RunState, load_workload, run_study
 from search.study_file import StudyFile, load_study_file
 
@@ -137,7 +138,6 @@ def print_outcome(sf: StudyFile, state: RunState) -> None:
     from search.importance import importance_table, knob_importances
     from search.report import best_lines, load_study, pareto_table
     from search.storage import trial_counts
-    from search.terminal import make_console
 
     console = make_console()
     study = load_study(sf.storage, sf.name)

@@ -10,7 +10,7 @@ import argparse
 from typing import Any
 
 from dynosim.errors import ConfigError
-from search.commands.tune import add_run_options, execute, overrides
+from search.cli.study.tune import add_run_options, execute, overrides
 from search.lease import refuse_if_held
 from search.storage import StudyRecord, TrialCounts, open_storage, study_names, trial_counts
 from search.study_file import apply_overrides, parse_study

@@ -9,8 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from dynosim.errors import DynosimError
-from dynosim.perf.calibration import UNRECORDED_CLIENTS
-from search.commands import writing
+from search.cli.shared import (
+    add_context_arguments,
+    group_filter,
+    make_console,
+    matches,
+    measurement_context,
+    writing,
+)
 
 
 def add_parser(p: argparse.ArgumentParser) -> None:
@@ -53,15 +59,14 @@ def run(args: argparse.Namespace) -> int:
     from dynosim.perf.calibration import load_profile
     from dynosim.validation.measurements import read_measurements
     from dynosim.validation.validate import validate
-    from search.terminal import make_console
 
     if args.max_rows is not None and args.max_rows < 1:
         raise DynosimError(f"--max-rows: got {args.max_rows}; allowed: an integer >= 1")
     if args.rounds < 1:
         raise DynosimError(f"--rounds: got {args.rounds}; allowed: an integer >= 1")
-    wanted = [_group_filter(g) for g in args.group]
+    wanted = [group_filter(g) for g in args.group]
     rows = [m for m in read_measurements(args.measurements, measurement_context(args))
-            if not wanted or any(_matches(m.group, w) for w in wanted)]  # fmt: skip
+            if not wanted or any(matches(m.group, w) for w in wanted)]  # fmt: skip
     if args.max_rows is not None:
         rows = rows[: args.max_rows]
     console = make_console()
@@ -111,37 +116,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_context_arguments(p: argparse.ArgumentParser) -> None:
-    """``--deployment`` and ``--concurrency``: what a tool's result file does not record."""
-    p.add_argument(
-        "--deployment",
-        type=Path,
-        metavar="D.yaml",
-        help="model, gpu, backend, tp, dtype of AIPerf / vLLM bench result files",
-    )
-    p.add_argument("--concurrency", type=int,
-                   help="client concurrency of an AIPerf CSV (its JSON records it)")  # fmt: skip
-    p.add_argument("--unrecorded-client", choices=UNRECORDED_CLIENTS, default=None,
-                   help="replay rows that record no client as this (default: the profile's "
-                   "choice per backend; calibrate: try both)")  # fmt: skip
-
-
-def measurement_context(args: argparse.Namespace) -> dict[str, Any]:
-    """The context for tool result files from ``--deployment`` and ``--concurrency``."""
-    out: dict[str, Any] = {}
-    if getattr(args, "deployment", None) is not None:
-        from dynosim.files import load_deployment
-
-        d = load_deployment(args.deployment)
-        out |= {"model": d.model, "gpu": d.gpu, "backend": d.backend, "tp": d.tp,
-                "dtype": d.dtype}  # fmt: skip
-    if getattr(args, "concurrency", None) is not None:
-        if args.concurrency < 1:
-            raise DynosimError(f"--concurrency: got {args.concurrency}; allowed: an integer >= 1")
-        out["concurrency"] = args.concurrency
-    return out
-
-
 def markdown_table(summaries: list[dict[str, Any]]) -> str:
     """The per-group figures as a Markdown table (replayed groups only).
 
@@ -158,21 +132,6 @@ def markdown_table(summaries: list[dict[str, Any]]) -> str:
         lines.append(f"| {s['model']} | {s['system']} | {backend} | {s['replayed']} | "
                      + " | ".join(cells) + " |")  # fmt: skip
     return "\n".join(lines) + "\n"
-
-
-def _group_filter(text: str) -> tuple[str, str, str]:
-    parts = text.split("/")
-    if len(parts) == 2:  # a Hugging Face id has a slash itself: ORG/NAME
-        parts = [text, "", ""]
-    if len(parts) == 4:
-        parts = ["/".join(parts[:2]), parts[2], parts[3]]
-    if len(parts) != 3:
-        raise DynosimError(f"--group: got {text!r}; allowed: MODEL/SYSTEM/BACKEND")
-    return (parts[0], parts[1], parts[2])
-
-
-def _matches(group: tuple[str, str, str, str], want: tuple[str, str, str]) -> bool:
-    return all(not w or w == g for w, g in zip(want, group[:3], strict=True))
 
 
 def _pct(v: float | None) -> str:

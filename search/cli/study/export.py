@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dynosim.errors import DynosimError
-from search.commands import writing
+from search.cli.shared import writing
 from search.study_file import DEFAULT_STORAGE
 
 if TYPE_CHECKING:

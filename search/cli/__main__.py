@@ -1,0 +1,7 @@
+"""``python -m search.cli``: the ``dynosim`` command line."""
+
+import sys
+
+from search.cli.main import main
+
+sys.exit(main())

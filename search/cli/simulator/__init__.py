@@ -1,0 +1,1 @@
+"""The simulator's own subcommands: ``simulate``, ``validate``, ``calibrate``."""

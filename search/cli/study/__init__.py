@@ -1,0 +1,1 @@
+"""The autotuner's subcommands: ``tune``, ``resume``, ``report``, ``studies``, ``export``."""
