@@ -30,11 +30,10 @@ from search.export.dynamo import (
     router_part,
 )
 from search.export.engines import VLLM_BLOCK_SIZES, engine_part, trtllm_options
-from search.export.parts import FRONTEND_PORT, GPUS_PER_NODE, Command, Part, TrialInfo, slug
+from search.export.parts import FRONTEND_PORT, Command, Part, TrialInfo, slug
 
 __all__ = [
     "FRONTEND_PORT",
-    "GPUS_PER_NODE",
     "VLLM_BLOCK_SIZES",
     "Command",
     "Export",

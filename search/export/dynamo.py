@@ -38,8 +38,9 @@ import json
 from typing import Any
 
 from dynosim.config import DeploymentConfig, PoolConfig
+from dynosim.perf.hardware import GPUS_PER_NODE
 from search.export.engines import devices, sglang_flags, trtllm_options, vllm_flags
-from search.export.parts import FRONTEND_PORT, GPUS_PER_NODE, Command, Part, num
+from search.export.parts import FRONTEND_PORT, Command, Part, num
 
 _ROUTER_MODES = {
     "round_robin": "round-robin",

@@ -32,7 +32,8 @@ import json
 from typing import Any
 
 from dynosim.config import DeploymentConfig
-from search.export.parts import FRONTEND_PORT, GPUS_PER_NODE, Command, Part, num
+from dynosim.perf.hardware import GPUS_PER_NODE
+from search.export.parts import FRONTEND_PORT, Command, Part, num
 
 VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 

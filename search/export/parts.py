@@ -1,7 +1,7 @@
 """The pieces of an export: a shell :class:`Command`, a titled :class:`Part`, :class:`TrialInfo`.
 
 Also the constants and the small formatting helpers the engine, Dynamo and AIPerf modules
-share: the frontend's port, the GPUs of a node, a number and a file-name slug as text.
+share: the frontend's port, a number and a file-name slug as text.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 FRONTEND_PORT = 8000
-GPUS_PER_NODE = 8
 _WRAP = 100
 
 
