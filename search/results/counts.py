@@ -19,7 +19,7 @@ class TrialCounts:
     ``total`` is every stored trial; ``complete`` the evaluated ones (a config that cannot run
     is a COMPLETE infeasible trial), which the trial budget counts; ``failed`` evaluations lost
     to a crash (re-run on resume); ``running`` trials being evaluated, or left by a crash;
-    ``feasible`` complete trials that meet every constraint (``search.report.is_feasible``).
+    ``feasible`` complete trials that meet every constraint (``search.store.schema.is_feasible``).
     """
 
     total: int

@@ -28,7 +28,7 @@ could not run carry penalty values, not measurements, and are left out; runnable
 violate an SLO are kept, since their objective values are real (leaving them out would hide a
 knob that raises throughput exactly by breaking TTFT). An objective with fewer than
 ``MIN_TRIALS`` such trials says "not enough trials"; one with the same value in every trial
-(within ``search.report.SAME_VALUES_RTOL``) says it is constant; when the best trials look
+(within ``search.results.front.SAME_VALUES_RTOL``) says it is constant; when the best trials look
 like all trials for every knob, it says no knob stands out.
 """
 

@@ -16,12 +16,12 @@ requests, sent faster. The capacity search itself is :mod:`search.run.capacity`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from dynosim.checks import choice, flag, integer, number
 from dynosim.errors import ConfigError
 from search.study.sections import WorkloadRef, workload_ref
 
@@ -99,20 +99,18 @@ class LoadSpec:
             if key not in _KEYS:
                 raise ConfigError(f"{where}.{key}", raw[key], " | ".join(sorted(_KEYS)))
         mode = raw.get("mode", "fixed")
-        if mode not in ("fixed", "capacity", "sweep"):
-            raise ConfigError(f"{where}.mode", mode, "fixed | capacity | sweep")
+        choice(f"{where}.mode", mode, ("fixed", "capacity", "sweep"))
         levels = _levels(where, mode, raw)
         tol = raw.get("tolerance", 0.05)
-        _positive(f"{where}.tolerance", tol)
+        number(f"{where}.tolerance", tol, 0, open_low=True)
         if tol >= 1:
             raise ConfigError(f"{where}.tolerance", tol, "a relative width in (0, 1)")
         lo, hi, st = _limits(where, raw)
         early = raw.get("early_stop")
-        if early is not None and not isinstance(early, bool):
-            raise ConfigError(f"{where}.early_stop", early, "true | false")
+        if early is not None:
+            flag(f"{where}.early_stop", early)
         probes = raw.get("max_probes", 24)
-        if isinstance(probes, bool) or not isinstance(probes, int) or not 2 <= probes <= 200:
-            raise ConfigError(f"{where}.max_probes", probes, "an integer in [2, 200]")
+        integer(f"{where}.max_probes", probes, 2, 200)
         return cls(
             mode=mode,
             levels=tuple(float(v) for v in levels),
@@ -134,7 +132,7 @@ def _levels(where: str, mode: str, raw: Mapping[str, Any]) -> list[float]:
     if not isinstance(levels, list) or not levels:
         raise ConfigError(f"{where}.levels", levels, "a non-empty list of load levels")
     for i, v in enumerate(levels):
-        _positive(f"{where}.levels[{i}]", v)
+        number(f"{where}.levels[{i}]", v, 0, open_low=True)
     if sorted(set(levels)) != list(levels):
         raise ConfigError(f"{where}.levels", levels, "distinct levels in increasing order")
     return [float(v) for v in levels]
@@ -144,18 +142,13 @@ def _limits(where: str, raw: Mapping[str, Any]) -> tuple[Any, Any, Any]:
     bounds = {k: raw.get(k) for k in ("start", "min", "max")}
     for k, v in bounds.items():
         if v is not None:
-            _positive(f"{where}.{k}", v)
+            number(f"{where}.{k}", v, 0, open_low=True)
     lo, hi, st = bounds["min"], bounds["max"], bounds["start"]
     if lo is not None and hi is not None and lo >= hi:
         raise ConfigError(f"{where}.max", hi, f"> load.min ({lo})")
     if st is not None and ((lo is not None and st < lo) or (hi is not None and st > hi)):
         raise ConfigError(f"{where}.start", st, "a level within [load.min, load.max]")
     return lo, hi, st
-
-
-def _positive(where: str, v: object) -> None:
-    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
-        raise ConfigError(where, v, "a finite number > 0")
 
 
 # ------------------------------------------------------------------------------ the axis

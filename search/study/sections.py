@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from dynosim.checks import choice, integer, number
 from dynosim.errors import ConfigError
 from dynosim.workload.limits import MAX_REQUESTS, REQUESTS_WHY, finite_number
 
@@ -131,14 +132,6 @@ def mapping_field(at: str, data: Mapping[str, Any], key: str) -> dict[str, Any]:
     return v
 
 
-def int_field(at: str, data: Mapping[str, Any], key: str, default: int, low: int = 0) -> int:
-    """``data[key]`` (or ``default``) as an integer ``>= low``."""
-    v = data.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int) or v < low:
-        raise ConfigError(f"{at}{key}", v, f"an integer >= {low}")
-    return v
-
-
 def resolve_path(base: Path, raw: str, where: str) -> str:
     """``raw`` as an absolute path, relative ones against ``base``."""
     try:
@@ -166,7 +159,7 @@ def parse_workload(at: str, data: Mapping[str, Any], base: Path) -> dict[str, An
         raise ConfigError(f"{at}workload.speedup", speedup, "a finite number > 0")
     for k in ("max_requests", "warmup_requests"):
         if k in w and w[k] is not None:
-            n = int_field(f"{at}workload.", w, k, 0, low=1 if k == "max_requests" else 0)
+            n = integer(f"{at}workload.{k}", w.get(k, 0), 1 if k == "max_requests" else 0)
             if n > MAX_REQUESTS:
                 raise ConfigError(f"{at}workload.{k}", n, REQUESTS_WHY)
     return w
@@ -192,19 +185,20 @@ def parse_budget(at: str, data: Mapping[str, Any]) -> Budget:
     if wall is not None and bad:
         raise ConfigError(f"{at}budget.max_wall_s", wall, "a positive number of seconds")
     tol = b.get("tol", 1e-3)
-    if isinstance(tol, bool) or not isinstance(tol, int | float) or not 0 <= tol < math.inf:
-        raise ConfigError(f"{at}budget.tol", tol, "a finite number >= 0")
+    number(f"{at}budget.tol", tol, 0)
     gen = b.get("generation")
     timeout = b.get("trial_timeout_s", 3600.0)
     bad = isinstance(timeout, bool) or not isinstance(timeout, int | float)
     if bad or not 0 < timeout < math.inf:
         raise ConfigError(f"{at}budget.trial_timeout_s", timeout, "a finite number of seconds > 0")
     return Budget(
-        max_trials=int_field(f"{at}budget.", b, "max_trials", 100, low=1),
+        max_trials=integer(f"{at}budget.max_trials", b.get("max_trials", 100), 1),
         max_wall_s=None if wall is None else float(wall),
         tol=float(tol),
-        patience=int_field(f"{at}budget.", b, "patience", 3, low=1),
-        generation=None if gen is None else int_field(f"{at}budget.", b, "generation", 1, low=1),
+        patience=integer(f"{at}budget.patience", b.get("patience", 3), 1),
+        generation=None
+        if gen is None
+        else integer(f"{at}budget.generation", b.get("generation", 1), 1),
         trial_timeout_s=float(timeout),
     )
 
@@ -215,18 +209,17 @@ def parse_executor(at: str, data: Mapping[str, Any]) -> ExecutorSpec:
                          "memory_limit_mb": None}  # fmt: skip
     e.update(mapping_field(at, data, "executor"))
     no_unknown(at, "executor.", e, _EXECUTOR)
-    if e["kind"] not in ("ray", "local"):
-        raise ConfigError(f"{at}executor.kind", e["kind"], "ray | local")
+    choice(f"{at}executor.kind", e["kind"], ("ray", "local"))
     if e["address"] == "local":  # a fresh local runtime: how a resume drops a stored address
         e["address"] = None
     if e["address"] is not None and not _ray_address(e["address"]):
         allowed = "auto | HOST:PORT of a Ray head node (e.g. 127.0.0.1:6379) | local"
         raise ConfigError(f"{at}executor.address", e["address"], allowed)
     if e["num_cpus"] is not None:
-        int_field(f"{at}executor.", e, "num_cpus", 1, low=1)
-    int_field(f"{at}executor.", e, "max_retries", 3)
+        integer(f"{at}executor.num_cpus", e.get("num_cpus", 1), 1)
+    integer(f"{at}executor.max_retries", e.get("max_retries", 3), 0)
     if e["memory_limit_mb"] is not None:
-        int_field(f"{at}executor.", e, "memory_limit_mb", 1, low=1)
+        integer(f"{at}executor.memory_limit_mb", e.get("memory_limit_mb", 1), 1)
     return ExecutorSpec(
         kind=e["kind"],
         address=e["address"],
@@ -261,7 +254,7 @@ def optimizer_spec(
     Raises:
         ConfigError: Unknown name or setting, or ``gp`` without torch.
     """
-    if name not in OPTIMIZERS:
+    if not isinstance(name, str) or name not in OPTIMIZERS:
         raise ConfigError(f"{where}.name", name, " | ".join(OPTIMIZERS))
     for key, value in settings.items():
         if key not in OPTIMIZERS[name]:

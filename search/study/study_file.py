@@ -41,6 +41,7 @@ from typing import Any
 
 import yaml
 
+from dynosim.checks import choice, integer, text
 from dynosim.config import DeploymentConfig
 from dynosim.errors import ConfigError, DynosimError
 from dynosim.files import parse_yaml, read_text
@@ -55,7 +56,6 @@ from search.study.sections import (
     ExecutorSpec,
     OptimizerSpec,
     WorkloadRef,
-    int_field,
     mapping_field,
     no_unknown,
     parse_budget,
@@ -210,21 +210,21 @@ def parse_study(
     base = base_dir or Path.cwd()
     no_unknown(at, "", raw, _TOP)
     data = copy.deepcopy(dict(raw))
-    name = _str(at, data, "name")
+    name = text(f"{at}name", data.get("name"))
     deployment = mapping_field(at, data, "deployment")
     _check_deployment_names(at, deployment)
     if isinstance(deployment.get("calibration"), str) and deployment["calibration"]:
         deployment["calibration"] = resolve_path(
             base, deployment["calibration"], f"{at}deployment.calibration"
         )
-    fixed = {**deployment, "model": _str(at, data, "model"), "gpu": _str(at, data, "gpu")}
+    fixed = {
+        **deployment,
+        "model": text(f"{at}model", data.get("model")),
+        "gpu": text(f"{at}gpu", data.get("gpu")),
+    }
     gpu_budget = data.get("gpu_budget")
-    if gpu_budget is not None and (
-        isinstance(gpu_budget, bool)
-        or not isinstance(gpu_budget, int)
-        or not 1 <= gpu_budget <= MAX_GPU_BUDGET
-    ):
-        raise ConfigError(f"{at}gpu_budget", gpu_budget, f"an integer in [1, {MAX_GPU_BUDGET:,}]")
+    if gpu_budget is not None:
+        integer(f"{at}gpu_budget", gpu_budget, 1, MAX_GPU_BUDGET)
     space_raw = data.get("space")
     if isinstance(space_raw, str):
         space_path = resolve_path(base, space_raw, f"{at}space")
@@ -256,7 +256,7 @@ def parse_study(
         level = Knob(name=LEVEL_KNOB, kind="choice", values=load.levels)
         space = Space(knobs=(*space.knobs, level), description=space.description)
         problem = dataclasses.replace(problem, space=space)
-    seed = int_field(at, data, "seed", 0)
+    seed = integer(f"{at}seed", data.get("seed", 0), 0)
     if seed > MAX_SEED:
         raise ConfigError(f"{at}seed", seed, f"an integer in [0, {MAX_SEED}]")
     simulator = data.get("simulator")
@@ -356,13 +356,6 @@ def _with_margin(
     return tuple(out)
 
 
-def _str(at: str, data: Mapping[str, Any], key: str) -> str:
-    v = data.get(key)
-    if not isinstance(v, str) or not v:
-        raise ConfigError(f"{at}{key}", v, "a non-empty string")
-    return v
-
-
 def _objectives(
     at: str, data: dict[str, Any]
 ) -> tuple[tuple[Objective, ...], tuple[tuple[float, float] | None, ...]]:
@@ -379,8 +372,7 @@ def _objectives(
             raise ConfigError(where, o, "a mapping {metric, direction}")
         no_unknown(where, ".", o, {"metric", "direction", "penalty", "bounds"})
         direction = o.get("direction", "maximize")
-        if direction not in ("maximize", "minimize"):
-            raise ConfigError(f"{where}.direction", direction, "maximize | minimize")
+        choice(f"{where}.direction", direction, ("maximize", "minimize"))
         penalty = o.get("penalty")
         finite = isinstance(penalty, int | float) and math.isfinite(penalty)
         if penalty is not None and not finite:
