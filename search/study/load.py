@@ -19,11 +19,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from dynosim.checks import choice, flag, integer, number
 from dynosim.errors import ConfigError
 from search.study.sections import WorkloadRef, workload_ref
+
+if TYPE_CHECKING:
+    from dynosim.workload import BenchmarkClient, WorkloadSpec
 
 Mode = Literal["fixed", "capacity", "sweep"]
 AxisKind = Literal["speedup", "rate_rps", "concurrency"]
@@ -165,7 +168,7 @@ class LoadAxis:
 
     kind: AxisKind
     base: float
-    spec: Any = None
+    spec: WorkloadSpec | BenchmarkClient | None = None
     base_dir: str | None = None
 
     def snap(self, level: float) -> float:
@@ -189,6 +192,7 @@ class LoadAxis:
         spec = self.spec
         if isinstance(spec, BenchmarkClient):  # the tool run at that many clients
             return tuple(client_requests(replace(spec, concurrency=round(level)))), 1.0
+        assert spec is not None  # a synthetic workload (a trace has the speedup axis)
         arrival = spec.arrival
         if self.kind == "rate_rps":
             arrival = replace(arrival, rate_rps=float(level))
