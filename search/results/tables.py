@@ -32,11 +32,14 @@ from search.store.lease import LEASE_KEY, Holder
 from search.store.open import open_storage
 from search.store.schema import (
     CONFIG,
+    CONFIG_HASH,
     CONSTRAINTS,
     FAIL_REASON,
     HV_HISTORY,
     REASON,
+    SEED,
     STATUS,
+    WALL_S,
     constraint_names,
     is_feasible,
     slo_constraints,
@@ -82,7 +85,7 @@ def trials_frame(study: optuna.Study) -> list[dict[str, Any]]:
         row.update({f"objective.{m}": v for m, v in zip(objs, values, strict=False)})
         row.update({f"constraint.{c}": v for c, v in zip(cons, c_vals, strict=False)})
         row.update({f"metrics.{m}": metrics.get(m) for m in metric_cols})
-        row.update({k: u.get(k) for k in ("seed", "config_hash", "wall_s")})
+        row.update({k: u.get(k) for k in (SEED, CONFIG_HASH, WALL_S)})
         row["datetime_start"] = t.datetime_start.isoformat() if t.datetime_start else None
         row["datetime_complete"] = t.datetime_complete.isoformat() if t.datetime_complete else None
         row["config"] = json.dumps(u[CONFIG], sort_keys=True) if u.get(CONFIG) else None
