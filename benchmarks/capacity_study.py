@@ -19,8 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from search.driver import load_workload, run_study  # noqa: E402
-from search.study_file import load_study_file  # noqa: E402
+from search.run.driver import run_study  # noqa: E402
+from search.study.study_file import load_study_file  # noqa: E402
+from search.study.workload import load_workload  # noqa: E402
 
 
 def main() -> None:
@@ -54,7 +55,7 @@ def main() -> None:
 
     import optuna
 
-    from search.storage import open_storage
+    from search.store.open import open_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name=sf.name, storage=open_storage(storage))

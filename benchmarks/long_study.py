@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from search.driver import RunState, run_study  # noqa: E402
-from search.study_file import parse_study  # noqa: E402
+from search.run.driver import RunState, run_study  # noqa: E402
+from search.study.study_file import parse_study  # noqa: E402
 from tests.unit.search import fakes  # noqa: E402
 
 SPACE = {

@@ -10,7 +10,7 @@ runtime it reports
 * warm-up: the first ``2 * num_cpus`` tasks (worker processes start, import, build step-time
   tables), not in the rate;
 * the rate over the N configs, in two submission modes: ``driver`` keeps at most ``capacity``
-  tasks in flight, as ``search.driver`` does; ``queued`` submits all N at once (Ray queues
+  tasks in flight, as ``search.run.driver`` does; ``queued`` submits all N at once (Ray queues
   them), which removes the driver's round trip between a task's end and the next submission;
 * the mean in-task time (``TrialResult.wall_s``), the Ray overhead per task
   (``(elapsed * cpus - sum of in-task time) / N``) and the driver process's CPU time.
@@ -43,10 +43,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from search.driver import load_workload, workload_id  # noqa: E402
-from search.evaluator import EvalContext, TrialResult, evaluate_one, prepare  # noqa: E402
-from search.space import Params  # noqa: E402
-from search.study_file import load_study_file  # noqa: E402
+from search.run.evaluate import EvalContext, evaluate_one, prepare  # noqa: E402
+from search.study.space import Params  # noqa: E402
+from search.study.study_file import load_study_file  # noqa: E402
+from search.study.workload import load_workload  # noqa: E402
+from search.trial import TrialResult, workload_id  # noqa: E402
 
 DEFAULT_STUDY = ROOT / "experiments/2026-12-search-efficiency/study.yaml"
 TARGET = 0.90
@@ -116,7 +117,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write the raw figures here")
     args = ap.parse_args()
 
-    from search.ray_evaluator import RayEvaluator
+    from search.run.ray_evaluator import RayEvaluator
 
     t_start = time.perf_counter()
     sf = load_study_file(args.study)
@@ -127,7 +128,7 @@ def main() -> None:
         seed=sf.seed,
         warmup_requests=warmup,
     )
-    points = [p for p in sf.problem.space.grid() if prepare(ctx, p)[0] is not None]
+    points = [p for p in sf.problem.space.grid() if prepare(ctx, p).config is not None]
     order = np.random.default_rng(args.seed).permutation(len(points))
     points = [points[i] for i in order]
     warm_n = 2 * max(args.cpus)

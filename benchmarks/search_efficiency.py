@@ -7,8 +7,8 @@ What it measures: on the benchmark study (``experiments/2026-12-search-efficienc
    cached under ``runs/bench/`` keyed by the study's problem, the workload digest, the simulation
    seed and the simulator's source, so a stale cache is never reused;
 2. the hypervolume (moocore) of the grid's feasible front with fixed normalisation bounds (the
-   grid's feasible min/max per objective) and reference point 1.1 (``search.convergence``);
-3. for each sampler and seed, the real study driver (``search.driver.run_study``: ask/tell,
+   grid's feasible min/max per objective) and reference point 1.1 (``search.results.hypervolume``);
+3. for each sampler and seed, the real study driver (``search.run.driver.run_study``: ask/tell,
    dedupe by config hash, stop rules) with an evaluator that answers every proposal from the
    grid cache (the simulator is deterministic for a given seed, so a lookup equals a simulation);
    the hypervolume (same bounds and reference) is recorded after 1%, 2%, 5% and 10% of the
@@ -50,13 +50,15 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from search.convergence import REFERENCE, HypervolumeTracker  # noqa: E402
-from search.driver import RunState, load_workload, run_study, workload_id  # noqa: E402
-from search.evaluator import EvalContext, TrialResult, evaluate_one, prepare  # noqa: E402
-from search.problem import params_key  # noqa: E402
-from search.space import Params  # noqa: E402
-from search.storage import StudyRecord, open_storage  # noqa: E402
-from search.study_file import StudyFile, load_study_file  # noqa: E402
+from search.results.hypervolume import REFERENCE, HypervolumeTracker  # noqa: E402
+from search.run.driver import RunState, run_study  # noqa: E402
+from search.run.evaluate import EvalContext, evaluate_one, prepare  # noqa: E402
+from search.store.open import open_storage  # noqa: E402
+from search.store.record import StudyRecord  # noqa: E402
+from search.study.space import Params  # noqa: E402
+from search.study.study_file import StudyFile, load_study_file  # noqa: E402
+from search.study.workload import load_workload  # noqa: E402
+from search.trial import TrialResult, params_key, workload_id  # noqa: E402
 
 DEFAULT_STUDY = ROOT / "experiments/2026-12-search-efficiency/study.yaml"
 DEFAULT_CACHE_DIR = ROOT / "runs/bench"
@@ -122,7 +124,7 @@ def evaluate_grid(
     Returns:
         The results in grid order, and the wall time excluding Ray start-up.
     """
-    from search.ray_evaluator import RayEvaluator
+    from search.run.ray_evaluator import RayEvaluator
 
     points = list(ctx.problem.space.grid())
     out: list[TrialResult | None] = [None] * len(points)
@@ -134,7 +136,7 @@ def evaluate_grid(
         while todo or ev.in_flight:
             while todo and ev.in_flight < ev.capacity:
                 i = todo.popleft()
-                config, *_ = prepare(ctx, points[i])
+                config = prepare(ctx, points[i]).config
                 if config is None:
                     out[i] = evaluate_one(ctx, points[i], ())
                     done += 1
@@ -249,7 +251,7 @@ class CachedEvaluator:
         """Submitted, not yet returned."""
         return len(self._queue)
 
-    def submit(self, tag: int, params: Params) -> None:
+    def submit(self, tag: int, params: Params, *, hint: float | None = None) -> None:
         """Queue ``params``."""
         self._queue.append((tag, params))
 
@@ -259,7 +261,8 @@ class CachedEvaluator:
             return []
         tag, params = self._queue.popleft()
         cached = self._by_key.get(params_key(params))
-        _, data, digest, _ = prepare(self._ctx, params)
+        prepared = prepare(self._ctx, params)
+        data, digest = prepared.data, prepared.config_hash
         if cached is None:
             self.off_grid.append(dict(params))
             score = self._ctx.problem.penalty("not a grid point")
@@ -435,7 +438,7 @@ def main() -> None:
     )
     print(f"space: {size} grid points, {meta['simulated']} simulated, {meta['feasible']} feasible "
           f"(SLO met); front: {len(front.front)} points")  # fmt: skip
-    print(f"workload: {meta['requests']} requests ({sf.workload}); one simulation "
+    print(f"workload: {meta['requests']} requests ({sf.data['workload']}); one simulation "
           f"{meta['sim_mean_s'] * 1e3:.0f} ms mean, {meta['sim_p50_s'] * 1e3:.0f} ms p50, "
           f"{meta['sim_max_s'] * 1e3:.0f} ms max; grid pass {meta['wall_s']:.1f} s "
           f"on {meta['num_cpus']} CPUs (Ray)")  # fmt: skip

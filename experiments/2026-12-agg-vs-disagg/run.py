@@ -47,9 +47,10 @@ if str(ROOT) not in sys.path:
 from dynosim import DeploymentConfig, Simulation  # noqa: E402
 from dynosim.workload import load_workload_file  # noqa: E402
 from dynosim.workload.transforms import speedup as speed_up  # noqa: E402
-from search.driver import load_workload, run_study  # noqa: E402
-from search.storage import open_storage  # noqa: E402
-from search.study_file import StudyFile, load_study_file  # noqa: E402
+from search.run.driver import run_study  # noqa: E402
+from search.store.open import open_storage  # noqa: E402
+from search.study.study_file import StudyFile, load_study_file  # noqa: E402
+from search.study.workload import load_workload  # noqa: E402
 
 STORAGE = ROOT / "runs/agg-vs-disagg/pd.journal"
 WORKLOADS = HERE / "workloads"

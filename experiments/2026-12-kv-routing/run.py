@@ -3,7 +3,7 @@
 Runs the two capacity studies of this folder (``conversation.yaml``, ``synthetic.yaml``:
 router {round_robin, least_loaded, kv_aware x overlap weight {0, 0.5, 1, 2, 4}} on 8 x H200,
 Llama-3.1-8B, vLLM, each judged at the highest trace speed-up at which TTFT p90 <= 2 s holds)
-through the project's study driver (``search.driver.run_study``, as ``dynosim tune`` does),
+through the project's study driver (``search.run.driver.run_study``, as ``dynosim tune`` does),
 and the same two studies again with ``inter_token_latency.p90 <= 50`` added (slo
 ``ttft+itl``, study names ending ``-itl``), then reads the stored trials back and writes
 
@@ -43,9 +43,10 @@ ROOT = HERE.parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from search.driver import load_workload, run_study  # noqa: E402
-from search.storage import open_storage  # noqa: E402
-from search.study_file import StudyFile, load_study_file  # noqa: E402
+from search.run.driver import run_study  # noqa: E402
+from search.store.open import open_storage  # noqa: E402
+from search.study.study_file import StudyFile, load_study_file  # noqa: E402
+from search.study.workload import load_workload  # noqa: E402
 
 TRACES = ("conversation", "synthetic")
 SLOS: dict[str, list[str] | None] = {
@@ -338,7 +339,7 @@ def check_monotone(sf: StudyFile, rows: Sequence[Row], path: Path) -> list[list[
     Returns the lines written: a feasible one means feasibility is not monotone there and the
     capacity search (which assumes it is) may have stopped below the true capacity.
     """
-    from search.evaluator import EvalContext, run_probe
+    from search.run.evaluate import EvalContext, run_probe
 
     requests, warmup, _ = load_workload(sf.workload, sf.load)
     ctx = EvalContext(problem=sf.problem, workload_id="check", seed=sf.seed,

@@ -14,7 +14,7 @@ Two questions, one table each (``results.csv``, Markdown on stdout):
   1,536 tokens on average), capacity on the arrival rate.
 
 Capacity is the highest trace speed-up on a 5% grid at which TTFT p90 <= 2 s and ITL p90 <=
-50 ms hold (``search.load.find_capacity``, as the studies search it). Run from anywhere::
+50 ms hold (``search.run.capacity.find_capacity``, as the studies search it). Run from anywhere::
 
     .venv/bin/python experiments/2026-12-schedulers/run.py            # ~10 min on 2 cores
     .venv/bin/python experiments/2026-12-schedulers/run.py --max-requests 400   # smoke, ~1 min
@@ -40,10 +40,12 @@ if str(ROOT) not in sys.path:
 from dynosim import DeploymentConfig, Simulation  # noqa: E402
 from dynosim.perf.deployment import resolve  # noqa: E402
 from dynosim.workload import ArrivalSpec, LengthSpec, WorkloadSpec, generate  # noqa: E402
-from search.driver import load_workload, run_study  # noqa: E402
-from search.load import LoadAxis, LoadSpec, Probe, find_capacity  # noqa: E402
-from search.storage import open_storage  # noqa: E402
-from search.study_file import load_study_file  # noqa: E402
+from search.run.capacity import Probe, find_capacity  # noqa: E402
+from search.run.driver import run_study  # noqa: E402
+from search.store.open import open_storage  # noqa: E402
+from search.study.load import LoadAxis, LoadSpec  # noqa: E402
+from search.study.study_file import load_study_file  # noqa: E402
+from search.study.workload import load_workload  # noqa: E402
 
 POLICIES: dict[str, dict[str, Any]] = {
     "vllm": {"backend": "vllm"},

@@ -35,7 +35,7 @@ def _load(
 ) -> tuple[str | None, float | None]:
     """``(axis, load_level)``; the axis is ``load.axis`` or follows from the workload.
 
-    As in ``search.load``: a trace (or a workload file naming one) is replayed faster
+    As in ``search.study.load``: a trace (or a workload file naming one) is replayed faster
     (``speedup``), an open-loop synthetic workload gets another ``rate_rps``, a closed-loop one
     another ``concurrency``.
     """

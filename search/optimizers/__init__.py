@@ -1,6 +1,7 @@
 """Optimizers behind one ask/tell seam, and the one place their names become objects.
 
-Names a study file may use (``optimizer.name``) and their settings:
+Names a study file may use (``optimizer.name``) and their settings (validated into an
+:class:`~search.study.sections.OptimizerSpec`, where the defaults are spelt):
 
 * ``pymoo-nsga2``: pymoo NSGA-II on mixed variables; ``population`` (16).
 * ``optuna-nsga2``: Optuna ``NSGAIISampler`` (``NSGAIIISampler`` for 4+ objectives);
@@ -18,63 +19,27 @@ Every sampler is built with the study's seed: the same seed gives the same propo
 
 from __future__ import annotations
 
-import importlib.util
 import warnings
-from collections.abc import Mapping
 from typing import Any
 
-from dynosim.errors import ConfigError
 from search.optimizers.base import Optimizer
-from search.problem import Problem
+from search.study.problem import Problem
+from search.study.sections import OPTIMIZERS, OptimizerSpec, check_optimizer
 
-__all__ = ["OPTIMIZERS", "Optimizer", "build_optimizer", "generation_size"]
+__all__ = ["OPTIMIZERS", "Optimizer", "build_optimizer", "check_optimizer", "generation_size"]
 
-OPTIMIZERS: dict[str, frozenset[str]] = {
-    "pymoo-nsga2": frozenset({"population"}),
-    "optuna-nsga2": frozenset({"population", "crossover_prob", "mutation_prob"}),
-    "optuna-nsga3": frozenset({"population"}),
-    "tpe": frozenset({"n_startup_trials"}),
-    "gp": frozenset({"n_startup_trials"}),
-    "optuna-random": frozenset(),
-    "random": frozenset(),
-    "grid": frozenset(),
-}
-"""Optimizer names and the settings each accepts."""
+GENERATION = 10
+"""Evaluations per generation of an optimizer without a population."""
 
 
-def check_optimizer(name: object, settings: Mapping[str, Any], where: str = "optimizer") -> None:
-    """Validate an optimizer name and its settings without building it.
-
-    Raises:
-        ConfigError: Unknown name or setting, or ``gp`` without torch.
-    """
-    if name not in OPTIMIZERS:
-        raise ConfigError(f"{where}.name", name, " | ".join(OPTIMIZERS))
-    for key, value in settings.items():
-        if key not in OPTIMIZERS[name]:
-            allowed = " | ".join(sorted(OPTIMIZERS[name])) or "no settings"
-            raise ConfigError(f"{where}.{key}", value, allowed)
-    pop = settings.get("population")
-    if pop is not None and (isinstance(pop, bool) or not isinstance(pop, int) or pop < 2):
-        raise ConfigError(f"{where}.population", pop, "an integer >= 2")
-    if name == "gp" and importlib.util.find_spec("torch") is None:
-        raise ConfigError(f"{where}.name", name, "an optimizer other than gp (gp needs torch)")
-
-
-def generation_size(name: str, settings: Mapping[str, Any]) -> int:
+def generation_size(spec: OptimizerSpec) -> int:
     """Evaluations per generation: the population of a genetic optimizer, else 10."""
-    return int(settings.get("population", 16)) if "nsga" in name else 10
+    return spec.population if "nsga" in spec.name else GENERATION
 
 
-def build_optimizer(
-    name: str, settings: Mapping[str, Any], problem: Problem, seed: int
-) -> Optimizer:
-    """Build a seeded optimizer for ``problem``.
-
-    Raises:
-        ConfigError: Unknown name or setting.
-    """
-    check_optimizer(name, settings)
+def build_optimizer(spec: OptimizerSpec, problem: Problem, seed: int) -> Optimizer:
+    """Build a seeded optimizer for ``problem`` (``spec`` is validated when it is parsed)."""
+    name = spec.name
     space = problem.space
     if name == "grid":
         from search.optimizers.grid import GridOptimizer
@@ -88,12 +53,11 @@ def build_optimizer(
     if name == "pymoo-nsga2":
         from search.optimizers.pymoo_nsga2 import PymooNSGA2
 
-        pop = int(settings.get("population", 16))
         return PymooNSGA2(
             space,
             problem.directions,
             n_constraints,
-            pop_size=pop,
+            pop_size=spec.population,
             seed=seed,
             buildable=problem.buildable,
         )
@@ -102,47 +66,43 @@ def build_optimizer(
     # TPE's random start-up trials become a Latin hypercube. Not GP's: on the first benchmark
     # space it made GP settle early (58% of the grid's hypervolume at 5%, against 81% from a
     # random start; experiments/2026-12-search-efficiency/NOTES.md).
-    design = int(settings.get("n_startup_trials", 10)) if name == "tpe" else 0
+    design = spec.n_startup_trials if name == "tpe" else 0
     return OptunaOptimizer(
         space,
-        _sampler(name, settings, problem, seed),
+        _sampler(spec, problem, seed),
         problem.directions,
         initial_design=design,
         seed=seed,
     )
 
 
-def _sampler(name: str, settings: Mapping[str, Any], problem: Problem, seed: int) -> Any:
+def _sampler(spec: OptimizerSpec, problem: Problem, seed: int) -> Any:
     import optuna
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return _new_sampler(optuna, name, settings, problem, seed)
+        return _new_sampler(optuna, spec, problem, seed)
 
 
-def _new_sampler(
-    optuna: Any, name: str, settings: Mapping[str, Any], problem: Problem, seed: int
-) -> Any:
-    pop = int(settings.get("population", 16))
+def _new_sampler(optuna: Any, spec: OptimizerSpec, problem: Problem, seed: int) -> Any:
+    name, pop = spec.name, spec.population
     if name == "optuna-nsga3" or (name == "optuna-nsga2" and len(problem.objectives) >= 4):
         return optuna.samplers.NSGAIIISampler(population_size=pop, seed=seed)
     if name == "optuna-nsga2":
         return optuna.samplers.NSGAIISampler(
             population_size=pop,
-            crossover_prob=float(settings.get("crossover_prob", 0.9)),
-            mutation_prob=settings.get("mutation_prob"),
+            crossover_prob=spec.crossover_prob,
+            mutation_prob=spec.mutation_prob,
             seed=seed,
         )
     if name == "tpe":
         return optuna.samplers.TPESampler(
-            n_startup_trials=int(settings.get("n_startup_trials", 10)),
+            n_startup_trials=spec.n_startup_trials,
             multivariate=True,
             group=True,
             constant_liar=True,
             seed=seed,
         )
     if name == "gp":
-        return optuna.samplers.GPSampler(
-            n_startup_trials=int(settings.get("n_startup_trials", 10)), seed=seed
-        )
+        return optuna.samplers.GPSampler(n_startup_trials=spec.n_startup_trials, seed=seed)
     return optuna.samplers.RandomSampler(seed=seed)

@@ -15,8 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from search.evaluator import TrialResult
-from search.space import Params
+from search.trial import Params, TrialResult
 
 
 class Optimizer(Protocol):

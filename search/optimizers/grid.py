@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from search.evaluator import TrialResult
-from search.problem import params_key
-from search.space import Params, Space
+from search.study.space import Space
+from search.trial import Params, TrialResult, params_key
 
 
 class GridOptimizer:

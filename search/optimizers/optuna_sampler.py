@@ -15,33 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from search.evaluator import TrialResult
-from search.problem import params_key
-from search.space import Knob, Params, Space
+from search.store.schema import distributions
+from search.study.space import Knob, Params, Space
+from search.trial import TrialResult, params_key
 
 if TYPE_CHECKING:
     import optuna
-
-
-def distribution(knob: Knob) -> optuna.distributions.BaseDistribution:
-    """The Optuna distribution of a knob."""
-    from optuna.distributions import (
-        CategoricalDistribution,
-        FloatDistribution,
-        IntDistribution,
-    )
-
-    if knob.kind == "choice":
-        return CategoricalDistribution(list(knob.values))
-    if knob.kind == "int":
-        step = int(knob.step) if knob.step is not None else 1
-        return IntDistribution(int(knob.low), int(knob.high), log=knob.log, step=step)
-    return FloatDistribution(knob.low, knob.high, log=knob.log, step=knob.step)
-
-
-def distributions(space: Space, params: Params) -> dict[str, Any]:
-    """Distributions of the knobs present in ``params``."""
-    return {name: distribution(space.knob(name)) for name in params}
 
 
 def _suggest(trial: optuna.trial.Trial, knob: Knob) -> Any:

@@ -26,9 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from search.evaluator import TrialResult
-from search.problem import params_key
-from search.space import Knob, Params, Space, Value
+from search.study.space import Knob, Space
+from search.trial import Params, TrialResult, Value, params_key
 
 REPAIR_TRIES = 50
 

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from search.evaluator import TrialResult
-from search.space import Params, Space
+from search.study.space import Space
+from search.trial import Params, TrialResult
 
 
 class RandomOptimizer:

@@ -34,8 +34,8 @@ from dynosim.workload import (
     parse_workload_file,
 )
 from dynosim.workload.limits import MAX_TIME_S
-from search.space import Space
-from search.study_file import load_study_file, parse_study
+from search.study.space import Space
+from search.study.study_file import load_study_file, parse_study
 from tests.fuzz._cases import count
 
 T = TypeVar("T")

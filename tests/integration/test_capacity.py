@@ -11,7 +11,8 @@ from dynosim.metrics import Metrics
 from dynosim.perf.deployment import DeploymentPerf
 from dynosim.perf.linear import LinearStepTime
 from dynosim.slo_monitor import LatencyBound, SLOMonitor
-from search.load import LoadAxis, LoadSpec, Probe, find_capacity
+from search.run.capacity import Probe, find_capacity
+from search.study.load import LoadAxis, LoadSpec
 from tests.conftest import make_requests, tiny_config
 
 STATS = ("avg", "max", "p50", "p90", "p99")

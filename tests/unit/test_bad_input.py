@@ -16,8 +16,8 @@ from dynosim.files import load_deployment, parse_yaml
 from dynosim.simulation import _us
 from dynosim.types import Request
 from dynosim.workload import WorkloadSpec, load_trace, load_workload_file, speedup
-from search.space import Space
-from search.study_file import load_study_file, parse_study
+from search.study.space import Space
+from search.study.study_file import load_study_file, parse_study
 from tests.unit.search.fakes import SPACE, study_dict
 
 BASE = {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h200_sxm"}

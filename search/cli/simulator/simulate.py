@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
             args.json.write_text(json.dumps(payload, indent=2) + "\n")
         console.print(f"metrics written to {args.json}")
     if args.timeline is not None:
-        from search.timeline_plot import write_timeline
+        from search.results.pages.timeline import write_timeline
 
         with writing("--timeline", args.timeline):
             write_timeline(result, args.timeline, title=title)

@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
             args.markdown.write_text(markdown_table(summaries))
         console.print(f"table written to {args.markdown}")
     if args.html is not None:
-        from search.validation_plot import write_validation
+        from search.results.pages.validation import write_validation
 
         with writing("--html", args.html):
             write_validation(

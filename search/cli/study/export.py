@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from dynosim.errors import DynosimError
 from search.cli.shared import writing
-from search.study_file import DEFAULT_STORAGE
+from search.study.study_file import DEFAULT_STORAGE
 
 if TYPE_CHECKING:
     import optuna
@@ -37,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from search.export import TrialInfo, export_trial, trial_metrics
-    from search.report import is_feasible, load_study
+    from search.store.open import load_study
+    from search.store.schema import is_feasible
 
     study = load_study(args.storage, args.name)
     trial = find_trial(study, args.trial)

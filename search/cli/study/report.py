@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from search.cli.shared import make_console, writing
-from search.study_file import DEFAULT_STORAGE
+from search.study.study_file import DEFAULT_STORAGE
 
 if TYPE_CHECKING:
     import optuna
@@ -28,8 +28,11 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the summary, Pareto front, best config per SLO and knob importance; write files."""
-    from search.importance import importance_table, knob_importances
-    from search.report import best_lines, load_study, pareto_table, write_report
+    from search.results.best import best_lines
+    from search.results.importance import knob_importances
+    from search.results.tables import importance_table, pareto_table
+    from search.results.write import write_report
+    from search.store.open import load_study
 
     study = load_study(args.storage, args.name)
     console = make_console()
@@ -58,14 +61,10 @@ def study_summary(study: optuna.Study) -> str:
 
     import optuna
 
-    from search.report import (
-        constraint_label,
-        is_feasible,
-        metric_label,
-        objectives,
-        slo_constraints,
-    )
-    from search.storage import trial_counts
+    from search.results.counts import trial_counts
+    from search.results.labels import constraint_label, metric_label
+    from search.store.schema import is_feasible, slo_constraints
+    from search.store.schema import study_objectives as objectives
 
     trials = study.get_trials(deepcopy=False)
     ts = optuna.trial.TrialState

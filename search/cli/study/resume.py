@@ -11,9 +11,11 @@ from typing import Any
 
 from dynosim.errors import ConfigError
 from search.cli.study.tune import add_run_options, execute, overrides
-from search.lease import refuse_if_held
-from search.storage import StudyRecord, TrialCounts, open_storage, study_names, trial_counts
-from search.study_file import apply_overrides, parse_study
+from search.results.counts import TrialCounts, trial_counts
+from search.store.lease import refuse_if_held
+from search.store.open import open_storage, study_names
+from search.store.record import StudyRecord
+from search.study.study_file import apply_overrides, parse_study
 
 FINISHED = {"converged": "converged (hypervolume plateau)", "budget": "used its budget"}
 

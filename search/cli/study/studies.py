@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from search.cli.shared import make_console
-from search.storage import open_storage, study_names
-from search.study_file import DEFAULT_STORAGE
+from search.store.open import open_storage, study_names
+from search.study.study_file import DEFAULT_STORAGE
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
@@ -18,7 +18,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print one row per study (counts as ``tune`` and ``report`` show them)."""
-    from search.studies_listing import studies_table
+    from search.results.tables import studies_table
 
     console = make_console()
     # a missing file is an error, not a new storage

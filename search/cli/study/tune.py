@@ -11,8 +11,9 @@ from typing import Any
 
 from dynosim.errors import ConfigError
 from search.cli.shared import make_console
-from search.driver import RunState, load_workload, run_study
-from search.study_file import StudyFile, load_study_file
+from search.run.driver import RunState, run_study
+from search.study.study_file import StudyFile, load_study_file
+from search.study.workload import load_workload
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
@@ -66,7 +67,7 @@ def execute(sf: StudyFile, *, resume: bool, progress: bool) -> int:
     try:
         requests, warmup, wname = load_workload(sf.workload, sf.load)
     except ImportError as exc:
-        raise ConfigError("workload", sf.workload, f"a loadable workload ({exc})") from None
+        raise ConfigError("workload", sf.data["workload"], f"a loadable workload ({exc})") from None
     with _progress(sf, progress) as update:
         state = run_study(
             sf,
@@ -135,9 +136,11 @@ def _progress(sf: StudyFile, enabled: bool) -> Iterator[Callable[[RunState], Non
 
 def print_outcome(sf: StudyFile, state: RunState) -> None:
     """Status line, the Pareto front, the best configuration under each SLO, knob importance."""
-    from search.importance import importance_table, knob_importances
-    from search.report import best_lines, load_study, pareto_table
-    from search.storage import trial_counts
+    from search.results.best import best_lines
+    from search.results.counts import trial_counts
+    from search.results.importance import knob_importances
+    from search.results.tables import importance_table, pareto_table
+    from search.store.open import load_study
 
     console = make_console()
     study = load_study(sf.storage, sf.name)

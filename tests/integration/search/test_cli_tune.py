@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from search.cli import main
-from search.storage import open_storage
+from search.store.open import open_storage
 from tests.unit.search import fakes
 
 ROOT = Path(__file__).resolve().parents[3]

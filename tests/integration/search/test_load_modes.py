@@ -12,10 +12,11 @@ import yaml
 from dynosim import DeploymentConfig, simulate
 from dynosim.slo_monitor import LatencyBound, SLOMonitor
 from dynosim.workload import WorkloadSpec, generate, load_trace
-from search.driver import load_workload, run_study
-from search.load import LEVEL_KNOB
-from search.storage import open_storage
-from search.study_file import load_study_file
+from search.run.driver import run_study
+from search.store.open import open_storage
+from search.study.load import LEVEL_KNOB
+from search.study.study_file import load_study_file
+from search.study.workload import load_workload
 from tests.conftest import TRACES
 
 CHAT = {

@@ -28,7 +28,7 @@ import optuna
 import pytest
 import yaml
 
-from search.storage import open_storage
+from search.store.open import open_storage
 from tests.unit.search import fakes
 
 pytestmark = pytest.mark.ray

@@ -7,8 +7,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from search.driver import run_study
-from search.storage import open_storage
+from search.run.driver import run_study
+from search.store.open import open_storage
 from tests.unit.search import fakes
 
 pytestmark = pytest.mark.ray

@@ -12,8 +12,8 @@ from typing import Any
 from dynosim.config import DeploymentConfig
 from dynosim.errors import InfeasibleError
 from dynosim.types import Request
-from search.problem import metric_names
-from search.study_file import parse_study
+from search.study.objectives import metric_names
+from search.study.study_file import parse_study
 
 
 class FakeMetrics:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from search.convergence import HypervolumeTracker, converged
+from search.results.hypervolume import HypervolumeTracker, converged
 
 
 def test_front_and_hypervolume_with_fixed_reference() -> None:

@@ -11,11 +11,12 @@ import optuna
 import pytest
 
 from dynosim.errors import ConfigError
-from search.driver import run_study
-from search.evaluator import TrialResult
-from search.space import Params
-from search.storage import StudyRecord, open_storage
-from search.study_file import StudyFile
+from search.run.driver import run_study
+from search.store.open import open_storage
+from search.store.record import StudyRecord
+from search.study.space import Params
+from search.study.study_file import StudyFile
+from search.trial import TrialResult
 from tests.unit.search import fakes
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
@@ -129,7 +130,7 @@ def test_identical_configs_are_evaluated_once(
         "engine.enable_prefix_caching": True,
     }
     opt = Repeating(point)
-    monkeypatch.setattr("search.driver.build_optimizer", lambda *a: opt)
+    monkeypatch.setattr("search.run.driver.build_optimizer", lambda *a: opt)
     sf = fakes.study(tmp_path, budget={"max_trials": 5, "tol": 0.0, "patience": 1000})
     state = run(sf)
     assert len(trials(sf)) == 1
@@ -270,7 +271,7 @@ def test_reading_a_sqlite_file_without_studies_writes_nothing(tmp_path: Path) ->
 def test_repeats_of_a_running_config_do_not_spin_the_driver(tmp_path: Path) -> None:
     # Two evaluation slots, one distinct config: every further proposal repeats the one in
     # flight. The driver must wait for its result instead of asking forever.
-    from search.evaluator import LocalEvaluator
+    from search.run.evaluators import LocalEvaluator
 
     class TwoSlots(LocalEvaluator):
         @property

@@ -17,10 +17,11 @@ import pytest
 
 from dynosim.errors import ConfigError
 from dynosim.types import Request
-from search.driver import EvaluatorFactory, run_study
-from search.evaluator import EvalContext, Evaluator, LocalEvaluator
-from search.storage import open_storage
-from search.study_file import StudyFile
+from search.run.driver import EvaluatorFactory, run_study
+from search.run.evaluate import EvalContext
+from search.run.evaluators import Evaluator, LocalEvaluator
+from search.store.open import open_storage
+from search.study.study_file import StudyFile
 from tests.unit.search import fakes, faulty
 
 SPACE: dict[str, Any] = {
@@ -50,17 +51,17 @@ def bounded(sf: StudyFile) -> EvaluatorFactory:
     ex = sf.executor
     limits = {
         "trial_timeout_s": sf.budget.trial_timeout_s,
-        "memory_limit_mb": ex["memory_limit_mb"],
+        "memory_limit_mb": ex.memory_limit_mb,
     }
 
     def make(ctx: EvalContext, requests: Sequence[Request]) -> Evaluator:
-        if ex["kind"] == "local":
+        if ex.kind == "local":
             return LocalEvaluator(ctx, requests, **limits)
-        from search.ray_evaluator import RayEvaluator
+        from search.run.ray_evaluator import RayEvaluator
 
         return RayEvaluator(
-            ctx, requests, address=ex["address"], num_cpus=ex["num_cpus"],
-            max_retries=ex["max_retries"], **limits,
+            ctx, requests, address=ex.address, num_cpus=ex.num_cpus,
+            max_retries=ex.max_retries, **limits,
         )  # fmt: skip
 
     return make
@@ -115,7 +116,7 @@ def test_limits_are_validated(tmp_path: Path) -> None:
             fakes.study(tmp_path, executor={"kind": "local", "memory_limit_mb": bad})
     sf = fakes.study(tmp_path)
     assert sf.budget.trial_timeout_s == 3600.0
-    assert sf.executor["memory_limit_mb"] is None
+    assert sf.executor.memory_limit_mb is None
 
 
 # -- on Ray: one 2-CPU runtime for the module (the evaluators join it, not own it) -----------

@@ -10,7 +10,8 @@ import pytest
 from dynosim.config import DeploymentConfig
 from dynosim.errors import ConfigError, DynosimError
 from search.export import TrialInfo, export_trial
-from search.study_file import check_runnable, parse_study
+from search.study.dry_run import check_runnable
+from search.study.study_file import parse_study
 from tests.unit.search import fakes
 
 SPACE: dict[str, Any] = {

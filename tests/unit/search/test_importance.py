@@ -14,16 +14,13 @@ from rich.console import Console
 from dynosim.config import DeploymentConfig
 from dynosim.errors import InfeasibleError
 from dynosim.types import Request
-from search.driver import run_study
-from search.importance import (
-    MIN_TRIALS,
-    ObjectiveImportance,
-    importance_figure,
-    importance_table,
-    knob_importances,
-)
-from search.problem import metric_names
-from search.report import load_study, write_report
+from search.results.importance import MIN_TRIALS, ObjectiveImportance, knob_importances
+from search.results.pages.study import importance_figure
+from search.results.tables import importance_table
+from search.results.write import write_report
+from search.run.driver import run_study
+from search.store.open import load_study
+from search.study.objectives import metric_names
 from tests.unit.search import fakes
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

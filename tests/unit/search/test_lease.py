@@ -18,16 +18,18 @@ import pytest
 import yaml
 from rich.console import Console
 
-from search import lease as lease_mod
 from search.cli import main
 from search.cli.study.report import study_summary
 from search.cli.study.tune import print_outcome
-from search.driver import run_study
-from search.lease import LEASE_KEY, Holder, Lease, LeaseLostError, StudyLockedError
-from search.space import Params
-from search.storage import StudyRecord, open_storage, trial_counts
-from search.studies_listing import studies_table
-from search.study_file import StudyFile
+from search.results.counts import trial_counts
+from search.results.tables import studies_table
+from search.run.driver import run_study
+from search.store import lease as lease_mod
+from search.store.lease import LEASE_KEY, Holder, Lease, LeaseLostError, StudyLockedError
+from search.store.open import open_storage
+from search.store.record import StudyRecord
+from search.study.space import Params
+from search.study.study_file import StudyFile
 from tests.unit.search import fakes
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -223,7 +225,7 @@ def test_lease_is_released_when_the_driver_raises(tmp_path: Path) -> None:
         def __init__(self, *_: object) -> None:
             pass
 
-        def submit(self, tag: int, params: object) -> None:
+        def submit(self, tag: int, params: object, *, hint: object = None) -> None:
             raise RuntimeError("evaluator broke")
 
         def close(self) -> None:

@@ -9,10 +9,11 @@ import optuna
 import pytest
 
 from dynosim.errors import ConfigError
-from search.driver import run_study
-from search.load import LEVEL_KNOB, LoadSpec, load_axis, slo_monitor
-from search.problem import Constraint
-from search.storage import open_storage
+from search.run.capacity import slo_monitor
+from search.run.driver import run_study
+from search.store.open import open_storage
+from search.study.load import LEVEL_KNOB, LoadSpec, load_axis
+from search.study.objectives import Constraint
 from tests.unit.search import fakes
 
 CHAT = """
@@ -162,7 +163,7 @@ def test_right_sizing_never_exceeds_the_budget(tmp_path: Path) -> None:
 
 
 def test_capacity_hint_is_the_median_of_the_most_similar() -> None:
-    from search.load import capacity_hint
+    from search.run.capacity import capacity_hint
 
     measured = [
         ({"tp": 1, "router": "kv_aware", "seqs": 64}, 4.0),

@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 
 from dynosim.errors import ConfigError
-from search.evaluator import EvalContext, TrialResult, evaluate_one
-from search.optimizers import OPTIMIZERS, build_optimizer, check_optimizer
+from search.optimizers import build_optimizer
 from search.optimizers.base import Optimizer
-from search.problem import Problem, params_key
-from search.space import Params
+from search.run.evaluate import EvalContext, evaluate_one
+from search.study.problem import Problem
+from search.study.sections import OPTIMIZERS, check_optimizer, optimizer_spec
+from search.study.space import Params
+from search.trial import TrialResult, params_key
 from tests.unit.search import fakes
 
 NAMES = [n for n in OPTIMIZERS if n != "gp" or importlib.util.find_spec("torch")]
@@ -47,7 +49,7 @@ def drive(opt: Optimizer, problem: Problem, n: int, batch: int = 3) -> list[Para
 
 
 def make(name: str, problem: Problem, seed: int = 0) -> Optimizer:
-    return build_optimizer(name, SETTINGS.get(name, {}), problem, seed)
+    return build_optimizer(optimizer_spec(name, SETTINGS.get(name, {})), problem, seed)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -156,7 +158,7 @@ def test_latin_hypercube_spreads_every_knob(problem: Problem) -> None:
 
 
 def test_tpe_starts_with_the_latin_hypercube(problem: Problem) -> None:
-    opt = build_optimizer("tpe", {"n_startup_trials": 8}, problem, seed=0)
+    opt = build_optimizer(optimizer_spec("tpe", {"n_startup_trials": 8}), problem, seed=0)
     first = opt.ask(8)
     assert sorted(p["tp"] for p in first) == [1, 1, 2, 2, 4, 4, 8, 8]
 
@@ -164,8 +166,9 @@ def test_tpe_starts_with_the_latin_hypercube(problem: Problem) -> None:
 def test_latin_hypercube_stepped_floats_are_in_optunas_distribution() -> None:
     import numpy as np
 
-    from search.optimizers.optuna_sampler import distribution, latin_hypercube
-    from search.space import Space
+    from search.optimizers.optuna_sampler import latin_hypercube
+    from search.store.schema import distribution
+    from search.study.space import Space
 
     space = Space.from_dict(
         {"knobs": {"u": {"type": "float", "low": 0.8, "high": 0.95, "step": 0.05}}}

@@ -9,14 +9,9 @@ import pytest
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from search.convergence import HypervolumeTracker
-from search.plots import (
-    convergence_figure,
-    pareto_figures,
-    pareto_scatter,
-    recomputed_hypervolume,
-    write_html,
-)
+from search.results.hypervolume import HypervolumeTracker, recomputed_hypervolume
+from search.results.pages.html import write_html
+from search.results.pages.study import convergence_figure, pareto_figures, pareto_scatter
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

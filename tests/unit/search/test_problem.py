@@ -6,15 +6,10 @@ import re
 import pytest
 
 from dynosim.errors import ConfigError, InfeasibleError
-from search.problem import (
-    BIG_VIOLATION,
-    Constraint,
-    Objective,
-    Problem,
-    config_hash,
-    metric_name,
-)
-from search.space import Space
+from search.study.objectives import BIG_VIOLATION, Constraint, Objective, metric_name
+from search.study.problem import Problem
+from search.study.space import Space
+from search.trial import config_hash
 from tests.unit.search.fakes import SPACE
 
 BASE = {"model": "m", "gpu": "g", "slo": {"ttft_ms": 1000.0}}

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from dynosim.errors import ConfigError
-from search.problem import Objective, Problem
-from search.space import Space
+from search.study.objectives import Objective
+from search.study.problem import Problem
+from search.study.space import Space
 
 OBJ = (Objective("output_token_throughput_per_gpu", "maximize"),)
 BASE = {"model": "x", "gpu": "h200_sxm"}

@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from dynosim.errors import ConfigError, InfeasibleError
-from search.problem import Objective, Problem, nested_names
-from search.space import Params, Space
+from search.study.deployment import nested_names
+from search.study.objectives import Objective
+from search.study.problem import Problem
+from search.study.space import Params, Space
 from tests.unit.search.fakes import study
 
 BASE: dict[str, Any] = {

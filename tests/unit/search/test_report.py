@@ -17,23 +17,13 @@ from rich.console import Console
 from dynosim.errors import DynosimError
 from search.cli import main
 from search.cli.study.report import study_summary
-from search.problem import Constraint
-from search.report import (
-    SloSet,
-    best_lines,
-    best_per_slo,
-    default_slo_sets,
-    group_trials,
-    is_feasible,
-    load_study,
-    pareto_groups,
-    pareto_table,
-    pareto_trials,
-    same_values,
-    trials_frame,
-    write_report,
-)
-from search.studies_listing import studies_table
+from search.results.best import SloSet, best_lines, best_per_slo, default_slo_sets
+from search.results.front import group_trials, pareto_groups, pareto_trials, same_values
+from search.results.tables import pareto_table, studies_table, trials_frame
+from search.results.write import write_report
+from search.store.open import load_study
+from search.store.schema import is_feasible
+from search.study.objectives import Constraint
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

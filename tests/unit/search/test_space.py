@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from dynosim.errors import ConfigError
-from search.problem import params_key
-from search.space import Space
+from search.study.space import Space
+from search.trial import params_key
 from tests.unit.search.fakes import SPACE
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -10,11 +10,12 @@ from pathlib import Path
 import optuna
 import pytest
 
-from search import storage as storage_mod
 from search.cli import main
-from search.driver import run_study
-from search.journal import repair_journal
-from search.storage import StudyRecord, open_storage
+from search.run.driver import run_study
+from search.store import open as storage_mod
+from search.store.journal import repair_journal
+from search.store.open import open_storage
+from search.store.record import StorageUnavailableError, StudyRecord
 from tests.unit.search import fakes
 
 TORN = b'{"op_code":5,"worker_id":"abc","trial_id":3,"us'
@@ -163,7 +164,7 @@ def test_sqlite_locked_without_retries_fails(
     locker.start()
     assert held.wait(5)
     try:
-        with pytest.raises(storage_mod.StorageUnavailableError, match="database is locked"):
+        with pytest.raises(StorageUnavailableError, match="database is locked"):
             record.set_attr("note", "x")
     finally:
         locker.join()

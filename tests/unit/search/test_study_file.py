@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from dynosim.errors import ConfigError
-from search.study_file import DEFAULT_STORAGE, load_study_file, parse_study
+from search.study.study_file import DEFAULT_STORAGE, load_study_file, parse_study
 from tests.unit.search import fakes
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -29,9 +29,9 @@ def test_defaults_and_resolution(tmp_path: Path) -> None:
     ]
     assert sf.problem.directions == ("maximize", "maximize")
     assert sf.storage == DEFAULT_STORAGE
-    assert sf.optimizer == "optuna-nsga2"
-    assert sf.executor["kind"] == "ray"
-    assert sf.workload["file"] == str(tmp_path / "unused.yaml")
+    assert sf.optimizer.name == "optuna-nsga2"
+    assert sf.executor.kind == "ray"
+    assert sf.workload.file == str(tmp_path / "unused.yaml")
     assert sf.budget.max_trials == 100
 
 
@@ -42,7 +42,7 @@ def test_cli_overrides(tmp_path: Path) -> None:
     )
     assert sf.name == "other"
     assert sf.budget.max_trials == 5
-    assert sf.executor["address"] == "auto"
+    assert sf.executor.address == "auto"
     assert sf.seed == 0
     assert sf.data["name"] == "other"
 

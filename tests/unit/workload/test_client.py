@@ -145,7 +145,7 @@ def test_workload_file(tmp_path: Path) -> None:
 
 
 def test_a_client_workload_is_a_concurrency_axis_for_studies() -> None:
-    from search.load import load_axis
+    from search.study.load import load_axis
 
     here = Path(__file__).resolve().parents[3] / "examples" / "inferencex_c64.yaml"
     axis = load_axis({"file": str(here)})

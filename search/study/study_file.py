@@ -41,14 +41,34 @@ from typing import Any
 
 import yaml
 
+from dynosim.checks import choice, integer, text
 from dynosim.config import DeploymentConfig
 from dynosim.errors import ConfigError, DynosimError
 from dynosim.files import parse_yaml, read_text
-from dynosim.workload.limits import MAX_REQUESTS, REQUESTS_WHY, finite_number
-from search.load import LEVEL_KNOB, LoadAxis, LoadSpec, load_axis
-from search.optimizers import check_optimizer
-from search.problem import Constraint, Objective, Problem, metric_name, nested_names
-from search.space import Knob, Params, Space, unreadable, yaml_error
+from dynosim.workload.limits import finite_number
+from search.study.deployment import nested_names
+from search.study.dry_run import check_runnable
+from search.study.load import LEVEL_KNOB, LoadAxis, LoadSpec, load_axis
+from search.study.objectives import Constraint, Objective, metric_name
+from search.study.problem import Problem
+from search.study.sections import (
+    Budget,
+    ExecutorSpec,
+    OptimizerSpec,
+    WorkloadRef,
+    mapping_field,
+    no_unknown,
+    parse_budget,
+    parse_executor,
+    parse_optimizer,
+    parse_workload,
+    resolve_path,
+    workload_ref,
+)
+from search.study.space import Knob, Space, unreadable, yaml_error
+
+__all__ = ["DEFAULT_STORAGE", "Budget", "StudyFile", "apply_overrides", "check_runnable",
+           "load_study_file", "parse_study"]  # fmt: skip
 
 DEFAULT_STORAGE = "runs/dynosim.journal"
 DEFAULT_OBJECTIVES = (
@@ -60,38 +80,9 @@ _TOP = {
     "objectives", "constraints", "optimizer", "budget", "executor", "storage", "seed",
     "simulator", "load", "slo_margin",
 }  # fmt: skip
-_BUDGET = {"max_trials", "max_wall_s", "tol", "patience", "generation", "trial_timeout_s"}
-_EXECUTOR = {"kind", "address", "num_cpus", "max_retries", "memory_limit_mb"}
-_WORKLOAD = {"trace", "file", "speedup", "max_requests", "warmup_requests"}
 MAX_GPU_BUDGET = 1_000_000
 MAX_SEED = 2**32 - 1
 """Largest seed (NumPy's legacy seeding, which some samplers use, takes 32 bits)."""
-DRY_BUILD_SAMPLES = 200
-"""Random points of the space built (not simulated) before a study starts."""
-DRY_BUILD_GRID = 1000
-"""Grids up to this size are also built whole before a study starts."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Budget:
-    """When to stop: trials, wall time, or a hypervolume plateau; how long one trial may run.
-
-    Attributes:
-        max_trials: Trials in the study (stored trials count).
-        max_wall_s: Wall time of one driver run (``None``: no limit).
-        tol: Hypervolume improvement below which a generation counts as a plateau.
-        patience: Plateau generations before the study stops.
-        generation: Trials per generation (``None``: the optimizer's population).
-        trial_timeout_s: Wall time one evaluation may take; a longer one is cancelled and
-            recorded as an infeasible trial with the reason.
-    """
-
-    max_trials: int = 100
-    max_wall_s: float | None = None
-    tol: float = 1e-3
-    patience: int = 3
-    generation: int | None = None
-    trial_timeout_s: float = 3600.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,11 +91,10 @@ class StudyFile:
 
     name: str
     problem: Problem
-    workload: dict[str, Any]
-    optimizer: str
-    optimizer_settings: dict[str, Any]
+    workload: WorkloadRef
+    optimizer: OptimizerSpec
     budget: Budget
-    executor: dict[str, Any]
+    executor: ExecutorSpec
     storage: str
     seed: int
     simulator: str | None
@@ -218,26 +208,26 @@ def parse_study(
     """
     at = f"{source}: " if source else ""
     base = base_dir or Path.cwd()
-    _no_unknown(at, "", raw, _TOP)
+    no_unknown(at, "", raw, _TOP)
     data = copy.deepcopy(dict(raw))
-    name = _str(at, data, "name")
-    deployment = _map(at, data, "deployment")
+    name = text(f"{at}name", data.get("name"))
+    deployment = mapping_field(at, data, "deployment")
     _check_deployment_names(at, deployment)
     if isinstance(deployment.get("calibration"), str) and deployment["calibration"]:
-        deployment["calibration"] = _resolve(
+        deployment["calibration"] = resolve_path(
             base, deployment["calibration"], f"{at}deployment.calibration"
         )
-    fixed = {**deployment, "model": _str(at, data, "model"), "gpu": _str(at, data, "gpu")}
+    fixed = {
+        **deployment,
+        "model": text(f"{at}model", data.get("model")),
+        "gpu": text(f"{at}gpu", data.get("gpu")),
+    }
     gpu_budget = data.get("gpu_budget")
-    if gpu_budget is not None and (
-        isinstance(gpu_budget, bool)
-        or not isinstance(gpu_budget, int)
-        or not 1 <= gpu_budget <= MAX_GPU_BUDGET
-    ):
-        raise ConfigError(f"{at}gpu_budget", gpu_budget, f"an integer in [1, {MAX_GPU_BUDGET:,}]")
+    if gpu_budget is not None:
+        integer(f"{at}gpu_budget", gpu_budget, 1, MAX_GPU_BUDGET)
     space_raw = data.get("space")
     if isinstance(space_raw, str):
-        space_path = _resolve(base, space_raw, f"{at}space")
+        space_path = resolve_path(base, space_raw, f"{at}space")
         space = Space.from_yaml(space_path)
         data["space"] = parse_yaml(read_text(space_path, unreadable("space")))
         data["space_file"] = space_path
@@ -258,17 +248,15 @@ def parse_study(
         )  # fmt: skip
     except ConfigError as exc:
         raise ConfigError(f"{at}{exc.field}", exc.value, exc.allowed) from None
-    optimizer = dict(_map(at, data, "optimizer") or {"name": "optuna-nsga2"})
-    opt_name = optimizer.pop("name", "optuna-nsga2")
-    check_optimizer(opt_name, optimizer, f"{at}optimizer")
-    workload = _workload(at, data, base)
-    data["workload"] = workload
+    optimizer = parse_optimizer(at, data)
+    data["workload"] = parse_workload(at, data, base)
+    workload = workload_ref(data["workload"])
     load, axis = _load(at, data, workload, problem)
     if load.mode == "sweep":
         level = Knob(name=LEVEL_KNOB, kind="choice", values=load.levels)
         space = Space(knobs=(*space.knobs, level), description=space.description)
         problem = dataclasses.replace(problem, space=space)
-    seed = _int(at, data, "seed", 0)
+    seed = integer(f"{at}seed", data.get("seed", 0), 0)
     if seed > MAX_SEED:
         raise ConfigError(f"{at}seed", seed, f"an integer in [0, {MAX_SEED}]")
     simulator = data.get("simulator")
@@ -283,10 +271,9 @@ def parse_study(
         name=name,
         problem=problem,
         workload=workload,
-        optimizer=str(opt_name),
-        optimizer_settings=optimizer,
-        budget=_budget(at, data),
-        executor=_executor(at, data),
+        optimizer=optimizer,
+        budget=parse_budget(at, data),
+        executor=parse_executor(at, data),
         storage=str(data.get("storage") or DEFAULT_STORAGE),
         seed=seed,
         simulator=simulator,
@@ -298,7 +285,7 @@ def parse_study(
 
 
 def _load(
-    at: str, data: dict[str, Any], workload: Mapping[str, Any], problem: Problem
+    at: str, data: dict[str, Any], workload: WorkloadRef, problem: Problem
 ) -> tuple[LoadSpec, LoadAxis | None]:
     """Validate ``load:``; store it with its axis (``speedup | rate_rps | concurrency``)."""
     raw = data.get("load")
@@ -313,7 +300,7 @@ def _load(
     except DynosimError as exc:
         if load.mode != "fixed":  # a fixed load needs no axis: loading the workload reports it
             where = f"{at}workload"
-            raise ConfigError(where, workload.get("file"), f"a valid workload ({exc})") from None
+            raise ConfigError(where, workload.file, f"a valid workload ({exc})") from None
     if "axis" in stored and (axis is None or stored["axis"] != axis.kind):
         found = axis.kind if axis is not None else "none"
         raise ConfigError(f"{at}load.axis", stored["axis"], f"the workload's axis ({found})")
@@ -369,41 +356,6 @@ def _with_margin(
     return tuple(out)
 
 
-def _no_unknown(at: str, prefix: str, data: Mapping[str, Any], allowed: set[str]) -> None:
-    for key in data:
-        if key not in allowed and key != "space_file":
-            raise ConfigError(f"{at}{prefix}{key}", data[key], " | ".join(sorted(allowed)))
-
-
-def _str(at: str, data: Mapping[str, Any], key: str) -> str:
-    v = data.get(key)
-    if not isinstance(v, str) or not v:
-        raise ConfigError(f"{at}{key}", v, "a non-empty string")
-    return v
-
-
-def _map(at: str, data: Mapping[str, Any], key: str) -> dict[str, Any]:
-    v = data.get(key) or {}
-    if not isinstance(v, dict):
-        raise ConfigError(f"{at}{key}", v, "a mapping")
-    return v
-
-
-def _int(at: str, data: Mapping[str, Any], key: str, default: int, low: int = 0) -> int:
-    v = data.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int) or v < low:
-        raise ConfigError(f"{at}{key}", v, f"an integer >= {low}")
-    return v
-
-
-def _resolve(base: Path, raw: str, where: str) -> str:
-    try:
-        p = Path(raw).expanduser()
-        return str(p if p.is_absolute() else (base / p).resolve())
-    except (RuntimeError, ValueError, OSError) as exc:  # ~nobody/, a NUL byte, a loop
-        raise ConfigError(where, raw, f"a file path ({exc})") from None
-
-
 def _objectives(
     at: str, data: dict[str, Any]
 ) -> tuple[tuple[Objective, ...], tuple[tuple[float, float] | None, ...]]:
@@ -418,10 +370,9 @@ def _objectives(
         where = f"{at}objectives[{i}]"
         if not isinstance(o, dict):
             raise ConfigError(where, o, "a mapping {metric, direction}")
-        _no_unknown(where, ".", o, {"metric", "direction", "penalty", "bounds"})
+        no_unknown(where, ".", o, {"metric", "direction", "penalty", "bounds"})
         direction = o.get("direction", "maximize")
-        if direction not in ("maximize", "minimize"):
-            raise ConfigError(f"{where}.direction", direction, "maximize | minimize")
+        choice(f"{where}.direction", direction, ("maximize", "minimize"))
         penalty = o.get("penalty")
         finite = isinstance(penalty, int | float) and math.isfinite(penalty)
         if penalty is not None and not finite:
@@ -439,145 +390,3 @@ def _objectives(
         bounds.append(None if b is None else (float(b[0]), float(b[1])))
     data["objectives"] = raw
     return tuple(out), tuple(bounds)
-
-
-def _workload(at: str, data: Mapping[str, Any], base: Path) -> dict[str, Any]:
-    w = dict(_map(at, data, "workload"))
-    _no_unknown(at, "workload.", w, _WORKLOAD)
-    if ("trace" in w) == ("file" in w):
-        raise ConfigError(f"{at}workload", w, "exactly one of trace: PATH or file: PATH")
-    key = "trace" if "trace" in w else "file"
-    if not isinstance(w[key], str) or not w[key]:
-        raise ConfigError(f"{at}workload.{key}", w[key], "a path")
-    w[key] = _resolve(base, w[key], f"{at}workload.{key}")
-    speedup = w.get("speedup", 1.0)
-    if not finite_number(speedup) or speedup <= 0:
-        raise ConfigError(f"{at}workload.speedup", speedup, "a finite number > 0")
-    for k in ("max_requests", "warmup_requests"):
-        if k in w and w[k] is not None:
-            n = _int(f"{at}workload.", w, k, 0, low=1 if k == "max_requests" else 0)
-            if n > MAX_REQUESTS:
-                raise ConfigError(f"{at}workload.{k}", n, REQUESTS_WHY)
-    return w
-
-
-def _budget(at: str, data: Mapping[str, Any]) -> Budget:
-    b = _map(at, data, "budget")
-    _no_unknown(at, "budget.", b, _BUDGET)
-    wall = b.get("max_wall_s")
-    bad = isinstance(wall, bool) or not isinstance(wall, int | float) or not 0 < wall < math.inf
-    if wall is not None and bad:
-        raise ConfigError(f"{at}budget.max_wall_s", wall, "a positive number of seconds")
-    tol = b.get("tol", 1e-3)
-    if isinstance(tol, bool) or not isinstance(tol, int | float) or not 0 <= tol < math.inf:
-        raise ConfigError(f"{at}budget.tol", tol, "a finite number >= 0")
-    gen = b.get("generation")
-    timeout = b.get("trial_timeout_s", 3600.0)
-    bad = isinstance(timeout, bool) or not isinstance(timeout, int | float)
-    if bad or not 0 < timeout < math.inf:
-        raise ConfigError(f"{at}budget.trial_timeout_s", timeout, "a finite number of seconds > 0")
-    return Budget(
-        max_trials=_int(f"{at}budget.", b, "max_trials", 100, low=1),
-        max_wall_s=None if wall is None else float(wall),
-        tol=float(tol),
-        patience=_int(f"{at}budget.", b, "patience", 3, low=1),
-        generation=None if gen is None else _int(f"{at}budget.", b, "generation", 1, low=1),
-        trial_timeout_s=float(timeout),
-    )
-
-
-def _executor(at: str, data: Mapping[str, Any]) -> dict[str, Any]:
-    e = {"kind": "ray", "address": None, "num_cpus": None, "max_retries": 3,
-         "memory_limit_mb": None}  # fmt: skip
-    e.update(_map(at, data, "executor"))
-    _no_unknown(at, "executor.", e, _EXECUTOR)
-    if e["kind"] not in ("ray", "local"):
-        raise ConfigError(f"{at}executor.kind", e["kind"], "ray | local")
-    if e["address"] == "local":  # a fresh local runtime: how a resume drops a stored address
-        e["address"] = None
-    if e["address"] is not None and not _ray_address(e["address"]):
-        allowed = "auto | HOST:PORT of a Ray head node (e.g. 127.0.0.1:6379) | local"
-        raise ConfigError(f"{at}executor.address", e["address"], allowed)
-    if e["num_cpus"] is not None:
-        _int(f"{at}executor.", e, "num_cpus", 1, low=1)
-    _int(f"{at}executor.", e, "max_retries", 3)
-    if e["memory_limit_mb"] is not None:
-        _int(f"{at}executor.", e, "memory_limit_mb", 1, low=1)
-    return e
-
-
-def _ray_address(value: object) -> bool:
-    """``auto``, ``HOST:PORT`` or ``ray://HOST:PORT`` (port 1-65535)."""
-    if not isinstance(value, str):
-        return False
-    if value == "auto":
-        return True
-    host, sep, port = value.removeprefix("ray://").rpartition(":")
-    return bool(sep and host.strip("[]") and port.isdigit() and 0 < int(port) < 65536)
-
-
-def check_runnable(problem: Problem, at: str = "", *, catalog: bool = True) -> None:
-    """Refuse a study none of whose configurations can run, before its first trial.
-
-    Builds (never simulates) up to ``DRY_BUILD_SAMPLES`` random points of the space, and the
-    whole grid when it has at most ``DRY_BUILD_GRID`` points: each is merged into the fixed
-    fields and validated (:meth:`Problem.to_config`), and, with ``catalog`` (the study runs the
-    real simulator), checked as the simulator checks it before running: the model and GPU are
-    in the catalog, TP divides the heads, the weights fit, and AIConfigurator has data for it
-    when ``timing: aic``. Stops at the first point that passes.
-
-    Raises:
-        DynosimError: No point passes; the message gives the reasons seen, most frequent first.
-    """
-    import numpy as np
-
-    space = problem.space
-    rng = np.random.default_rng(0)
-    points: list[Params] = [space.sample(rng) for _ in range(DRY_BUILD_SAMPLES)]
-    bound = space.grid_bound()
-    if bound is not None and bound <= DRY_BUILD_GRID:
-        points.extend(space.grid())
-    reasons: dict[str, int] = {}
-    known: dict[tuple[str, ...], str | None] = {}  # catalog verdicts, by what they depend on
-    for params in points:
-        try:
-            config = problem.to_config(params)
-        except DynosimError as exc:
-            why = str(exc).removeprefix("invalid config: ")
-        else:
-            verdict = _catalog_verdict(config, known) if catalog else None
-            if verdict is None:
-                return
-            why = verdict
-        reasons[why] = reasons.get(why, 0) + 1
-    seen = sorted(reasons.items(), key=lambda kv: -kv[1])
-    listed = "; ".join(f"{why} ({n}x)" for why, n in seen[:3])
-    more = f"; and {len(seen) - 3} other reasons" if len(seen) > 3 else ""
-    raise DynosimError(
-        f"{at}space: none of {len(points)} configurations built from the space can run "
-        f"(checked before any simulation): {listed}{more}"
-    )
-
-
-def _catalog_verdict(
-    config: DeploymentConfig, known: dict[tuple[str, ...], str | None]
-) -> str | None:
-    """Why the simulator would refuse ``config`` before running it, or None if it would not."""
-    from dynosim.perf.memory import check_feasible
-
-    try:
-        check_feasible(config)
-    except DynosimError as exc:
-        return str(exc)
-    if config.timing != "aic":
-        return None
-    key = (config.model, config.gpu, config.backend, config.dtype)
-    if key not in known:
-        from dynosim.perf.aic import resolve_key
-
-        try:
-            resolve_key(config)
-            known[key] = None
-        except DynosimError as exc:
-            known[key] = str(exc)
-    return known[key]

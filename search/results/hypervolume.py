@@ -11,9 +11,15 @@ different generations (and of a resumed run) compare. The front is kept incremen
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from search.results.front import nondominated
+from search.store.schema import HV_REFERENCE, is_feasible, study_objectives
+
+if TYPE_CHECKING:
+    import optuna
 
 REFERENCE = 1.1
 
@@ -43,7 +49,7 @@ class HypervolumeTracker:
         if not len(values):
             return
         pts = np.vstack([self._front, np.asarray(values, dtype=float)])
-        self._front = pts[_nondominated(np.where(self._max, -pts, pts))]
+        self._front = pts[nondominated(pts, self._max, keep_ties=False)]
 
     @property
     def front(self) -> np.ndarray[Any, Any]:
@@ -90,13 +96,6 @@ class HypervolumeTracker:
         }
 
 
-def _nondominated(points: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """Mask of non-dominated rows (minimisation); duplicates keep one copy."""
-    import moocore
-
-    return np.asarray(moocore.is_nondominated(points, keep_weakly=False), dtype=bool)
-
-
 def converged(history: Sequence[Sequence[float]], tol: float, patience: int) -> bool:
     """True when the hypervolume grew by less than ``tol`` (relative) over ``patience`` steps.
 
@@ -109,3 +108,37 @@ def converged(history: Sequence[Sequence[float]], tol: float, patience: int) -> 
     if now <= 0.0:
         return False
     return now - then <= tol * max(then, 1e-12)
+
+
+def recomputed_hypervolume(study: optuna.Study) -> tuple[list[int], list[float]]:
+    """Hypervolume of the feasible front after each COMPLETE trial (in trial-number order).
+
+    Uses the stored ``hv_reference`` when there is one, so values match the stored history;
+    otherwise bounds from every feasible point.
+    """
+    import optuna
+
+    dirs = [d for _, d in study_objectives(study)]
+    done = [
+        t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE
+    ]
+    done.sort(key=lambda t: t.number)
+    pts = np.array([t.values for t in done if is_feasible(t)], dtype=float)
+    if len(pts) == 0:
+        return list(range(1, len(done) + 1)), [0.0] * len(done)
+    ref = study.user_attrs.get(HV_REFERENCE)
+    if not ref:
+        lo, hi = pts.min(axis=0), pts.max(axis=0)
+        pad = np.where(hi > lo, 0.0, np.maximum(np.abs(lo), 1.0) * 0.5)
+        bounds = [[float(a), float(b)] for a, b in zip(lo - pad, hi + pad, strict=True)]
+        ref = {"point": [REFERENCE] * len(dirs), "bounds": bounds}
+    tracker = HypervolumeTracker(dirs, reference=ref)
+    hv, out = 0.0, []
+    for t in done:
+        if is_feasible(t):
+            before = tracker.front
+            tracker.add([t.values])
+            if not np.array_equal(before, tracker.front):  # a dominated point changes nothing
+                hv = tracker.hypervolume()
+        out.append(hv)
+    return list(range(1, len(done) + 1)), out

@@ -1,7 +1,7 @@
 """Evaluation as Ray tasks: asynchronous, workload shipped once, worker deaths retried.
 
 ``ray`` is imported inside :class:`RayEvaluator` so that nothing else pays for it. Each config is
-one ``ray.remote`` task running :func:`search.evaluator.evaluate_one`; the workload and the
+one ``ray.remote`` task running :func:`search.run.evaluate.evaluate_one`; the workload and the
 shared context are ``ray.put`` once and passed by reference, and each worker process unpickles
 the workload once. Half as many tasks again as there are CPUs are kept in flight, so a CPU
 never idles while the driver records a result and submits the next. Ray re-runs a task whose worker
@@ -11,7 +11,7 @@ with the reason and the study goes on.
 Bounds: a task running longer than the trial time limit is cancelled (``ray.cancel(force=True)``
 kills its worker; Ray does not retry it) and recorded as infeasible with the reason; with a
 memory limit each task caps its worker's address space for the evaluation
-(:func:`search.evaluator.memory_cap`), so a runaway allocation fails that trial instead of
+(:func:`search.run.bounded.memory_cap`), so a runaway allocation fails that trial instead of
 exhausting the node. A cluster that cannot be reached is a one-line ``ConfigError``.
 """
 
@@ -25,16 +25,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from dynosim.errors import ConfigError
-from search.evaluator import (
-    EvalContext,
-    TrialResult,
-    evaluate_one,
-    failed_result,
-    memory_cap,
-    timeout_reason,
-    within_memory,
-)
-from search.space import Params
+from search.run.bounded import memory_cap, timeout_reason, within_memory
+from search.run.evaluate import EvalContext, evaluate_one, failed_result
+from search.trial import Params, TrialResult
 
 if TYPE_CHECKING:
     from dynosim.types import Request
@@ -49,7 +42,11 @@ CONNECT_TIMEOUT_S = 3.0
 
 
 def _run(
-    ctx: EvalContext, params: Params, boxed_requests: list[Any], memory_limit_mb: int | None
+    ctx: EvalContext,
+    params: Params,
+    hint: float | None,
+    boxed_requests: list[Any],
+    memory_limit_mb: int | None,
 ) -> TrialResult:
     requests = _WORKLOAD.get(ctx.workload_id)
     if requests is None:
@@ -59,10 +56,10 @@ def _run(
         _WORKLOAD.clear()
         _WORKLOAD[ctx.workload_id] = requests
     if memory_limit_mb is None:
-        return evaluate_one(ctx, params, requests)
+        return evaluate_one(ctx, params, requests, hint=hint)
     try:
         with memory_cap(memory_limit_mb):
-            result = evaluate_one(ctx, params, requests)
+            result = evaluate_one(ctx, params, requests, hint=hint)
     except MemoryError as exc:  # outside evaluate_one's own handler
         why = f"exceeded the memory limit of {memory_limit_mb} MiB (MemoryError: {exc})"
         return failed_result(ctx, params, why, 0.0)
@@ -114,7 +111,7 @@ class RayEvaluator:
                 kwargs["address"] = "local"
                 kwargs["num_cpus"] = num_cpus or os.cpu_count() or 1
                 # Workers must import search/ and dynosim/ the way the driver does.
-                root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+                root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
                 kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": _pythonpath(root)}}
                 _quiet_token_auth_notice()
                 ray.init(**kwargs)
@@ -142,11 +139,11 @@ class RayEvaluator:
         """Tasks submitted and not yet returned."""
         return len(self._refs)
 
-    def submit(self, tag: int, params: Params) -> None:
-        """Start a task for ``params``."""
+    def submit(self, tag: int, params: Params, *, hint: float | None = None) -> None:
+        """Start a task for ``params`` (``hint``: a capacity search's first level)."""
         # The workload ref travels boxed in a list so Ray does not unpickle it for every task;
         # each worker process fetches it once (see _run).
-        ref = self._task.remote(self._ctx_ref, params, [self._requests_ref], self._memory_mb)
+        ref = self._task.remote(self._ctx_ref, params, hint, [self._requests_ref], self._memory_mb)
         self._refs[ref] = (tag, params)
 
     def wait(self) -> list[tuple[int, TrialResult]]:

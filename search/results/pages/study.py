@@ -2,7 +2,7 @@
 
 Every HTML file embeds plotly.js, so reports open offline and can be mailed as one file.
 Points are trials, one point per set of configs with the same objective values
-(``search.report.group_trials``); hovering shows the trial numbers, the objectives and key
+(``search.results.front.group_trials``); hovering shows the trial numbers, the objectives and key
 metrics with units, and every knob (``any of`` where the configs of a point differ). Configs that
 could not run (penalty values, no metrics) are not plotted.
 """
@@ -11,21 +11,20 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from search.report import (
-    KEY_METRICS,
-    TrialGroup,
-    format_value,
-    group_trials,
+from search.results.front import TrialGroup, group_trials, pareto_trials
+from search.results.hypervolume import recomputed_hypervolume
+from search.results.importance import EVALUATOR, ObjectiveImportance, knob_order, objective_header
+from search.results.labels import KEY_METRICS, format_value, metric_label
+from search.store.schema import (
+    HV_HISTORY,
+    REASON,
+    STATUS,
     is_feasible,
     is_runnable,
-    metric_label,
-    objectives,
-    pareto_trials,
+    study_objectives,
+    trial_metrics,
 )
 
 if TYPE_CHECKING:
@@ -46,7 +45,7 @@ def hover_text(trial: FrozenTrial | TrialGroup, study_objectives: Sequence[tuple
     """
     group = trial if isinstance(trial, TrialGroup) else TrialGroup((trial,))
     first = group.first
-    metrics = first.user_attrs.get("metrics") or {}
+    metrics = trial_metrics(first)
     head = f"<b>trial #{first.number}</b>"
     if len(group) > 1:
         others = ", ".join(f"#{n}" for n in group.numbers[1:9])
@@ -67,7 +66,7 @@ def hover_text(trial: FrozenTrial | TrialGroup, study_objectives: Sequence[tuple
     lines += [f"{k}={v}" for k, v in sorted(first.params.items()) if k not in any_of]
     lines += [f"{k}: {html.escape(group.knob_cell(k))}" for k in any_of]
     if not is_feasible(first):
-        reason = first.user_attrs.get("infeasible_reason") or "constraint violated"
+        reason = first.user_attrs.get(REASON) or "constraint violated"
         lines.append(f"<i>infeasible: {html.escape(str(reason))}</i>")
     return "<br>".join(lines)
 
@@ -102,7 +101,7 @@ def pareto_scatter(study: optuna.Study) -> go.Figure:
     """
     import plotly.graph_objects as go
 
-    objs = objectives(study)
+    objs = study_objectives(study)
     front, feasible, infeasible, not_run = _groups(study)
     one = len(objs) == 1
 
@@ -152,7 +151,7 @@ def objective_matrix(study: optuna.Study) -> go.Figure:
     """Scatter matrix of every objective: feasible trials faded, the Pareto front highlighted."""
     import plotly.graph_objects as go
 
-    objs = objectives(study)
+    objs = study_objectives(study)
     front, feasible, _, _ = _groups(study)
     fig = go.Figure()
     for name, trials, color, opacity in (
@@ -183,52 +182,16 @@ def objective_matrix(study: optuna.Study) -> go.Figure:
     return fig
 
 
-def recomputed_hypervolume(study: optuna.Study) -> tuple[list[int], list[float]]:
-    """Hypervolume of the feasible front after each COMPLETE trial (in trial-number order).
-
-    Uses the stored ``hv_reference`` when there is one, so values match the stored history;
-    otherwise bounds from every feasible point.
-    """
-    import optuna
-
-    from search.convergence import REFERENCE, HypervolumeTracker
-
-    dirs = [d for _, d in objectives(study)]
-    done = [
-        t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE
-    ]
-    done.sort(key=lambda t: t.number)
-    pts = np.array([t.values for t in done if is_feasible(t)], dtype=float)
-    if len(pts) == 0:
-        return list(range(1, len(done) + 1)), [0.0] * len(done)
-    ref = study.user_attrs.get("hv_reference")
-    if not ref:
-        lo, hi = pts.min(axis=0), pts.max(axis=0)
-        pad = np.where(hi > lo, 0.0, np.maximum(np.abs(lo), 1.0) * 0.5)
-        bounds = [[float(a), float(b)] for a, b in zip(lo - pad, hi + pad, strict=True)]
-        ref = {"point": [REFERENCE] * len(dirs), "bounds": bounds}
-    tracker = HypervolumeTracker(dirs, reference=ref)
-    hv, out = 0.0, []
-    for t in done:
-        if is_feasible(t):
-            before = tracker.front
-            tracker.add([t.values])
-            if not np.array_equal(before, tracker.front):  # a dominated point changes nothing
-                hv = tracker.hypervolume()
-        out.append(hv)
-    return list(range(1, len(done) + 1)), out
-
-
 def convergence_figure(study: optuna.Study) -> go.Figure:
     """Hypervolume vs trials (stored per generation, recomputed per trial) and best objective."""
     import optuna
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    objs = objectives(study)
+    objs = study_objectives(study)
     metric, direction = objs[0]
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
-    history = study.user_attrs.get("hv_history") or []
+    history = study.user_attrs.get(HV_HISTORY) or []
     if history:
         fig.add_trace(
             go.Scatter(
@@ -278,7 +241,7 @@ def convergence_figure(study: optuna.Study) -> go.Figure:
                    line={"color": FEASIBLE_COLOR, "shape": "hv"}),
         row=2, col=1,
     )  # fmt: skip
-    status = study.user_attrs.get("status", "-")
+    status = study.user_attrs.get(STATUS, "-")
     fig.update_layout(
         title=f"{study.study_name}: convergence (status: {status})",
         template="plotly_white",
@@ -292,17 +255,42 @@ def convergence_figure(study: optuna.Study) -> go.Figure:
     return fig
 
 
-def write_html(figs: Sequence[go.Figure], path: Path, title: str) -> Path:
-    """Write figures into one self-contained HTML page (plotly.js embedded once, no CDN)."""
-    from plotly.offline import get_plotlyjs
+def importance_figure(study_name: str, importances: Sequence[ObjectiveImportance]) -> go.Figure:
+    """Grouped bars: one group per objective, one bar per knob (share of importance in %).
 
-    body = "\n".join(f.to_html(full_html=False, include_plotlyjs=False) for f in figs)
-    page = (
-        '<!DOCTYPE html>\n<html>\n<head>\n<meta charset="utf-8">\n'
-        f"<title>{html.escape(title)}</title>\n"
-        '<script type="text/javascript">window.PlotlyConfig = {MathJaxConfig: "local"};</script>\n'
-        f'<script type="text/javascript">{get_plotlyjs()}</script>\n'
-        f"</head>\n<body>\n{body}\n</body>\n</html>\n"
+    Objectives that could not be assessed are named, with why, in the title.
+    """
+    import plotly.graph_objects as go
+
+    done = [imp for imp in importances if imp.shares]
+    knobs = knob_order(done)
+    fig = go.Figure()
+    for k in knobs:
+        shares = [100.0 * imp.shares.get(k, 0.0) for imp in done]
+        fig.add_trace(
+            go.Bar(
+                x=[objective_header(imp) for imp in done],
+                y=shares,
+                name=k,
+                text=[f"{s:.0f}%" for s in shares],
+                textposition="outside",
+                cliponaxis=False,
+                hovertemplate=f"<b>{k}</b><br>%{{x}}: %{{y:.1f}}% of the importance<extra></extra>",
+            )
+        )
+    n = max((imp.n_trials for imp in importances), default=0)
+    notes = "; ".join(
+        f"{objective_header(imp)}: {imp.note}" for imp in importances if not imp.shares
     )
-    path.write_text(page, encoding="utf-8")
-    return path
+    title = f"{study_name}: knob importance per objective ({EVALUATOR}, {n} runnable trials)"
+    fig.update_layout(
+        title=title + (f"<br><sup>{notes}</sup>" if notes else ""),
+        barmode="group",
+        template="plotly_white",
+        yaxis_title="share of the objective's importance (%)",
+        legend={"title": {"text": "knob"}},
+    )
+    if not done:
+        fig.add_annotation(text=notes or "no objectives", showarrow=False, x=0.5, y=0.5,
+                           xref="paper", yref="paper")  # fmt: skip
+    return fig

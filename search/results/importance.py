@@ -28,7 +28,7 @@ could not run carry penalty values, not measurements, and are left out; runnable
 violate an SLO are kept, since their objective values are real (leaving them out would hide a
 knob that raises throughput exactly by breaking TTFT). An objective with fewer than
 ``MIN_TRIALS`` such trials says "not enough trials"; one with the same value in every trial
-(within ``search.report.SAME_VALUES_RTOL``) says it is constant; when the best trials look
+(within ``search.results.front.SAME_VALUES_RTOL``) says it is constant; when the best trials look
 like all trials for every knob, it says no knob stands out.
 """
 
@@ -40,14 +40,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from search.report import SAME_VALUES_RTOL, format_value, is_runnable, metric_label, objectives
+from search.results.front import SAME_VALUES_RTOL
+from search.results.labels import format_value, metric_label
+from search.store.schema import is_runnable, study_objectives
 
 if TYPE_CHECKING:
     import optuna
-    import plotly.graph_objects as go
     from optuna.trial import FrozenTrial
-    from rich.table import Table
-    from rich.text import Text
 
 MIN_TRIALS = 10
 """Fewest runnable trials for which an objective's knob importance is computed."""
@@ -93,7 +92,7 @@ def knob_importances(study: optuna.Study) -> list[ObjectiveImportance]:
     trials = usable_trials(study)
     return [
         _objective_importance(study, trials, i, metric, direction)
-        for i, (metric, direction) in enumerate(objectives(study))
+        for i, (metric, direction) in enumerate(study_objectives(study))
     ]
 
 
@@ -146,80 +145,7 @@ def knob_order(importances: Sequence[ObjectiveImportance]) -> list[str]:
     return sorted(best, key=lambda k: (-best[k], k))
 
 
-def _header(imp: ObjectiveImportance) -> str:
+def objective_header(imp: ObjectiveImportance) -> str:
+    """The objective's short name with its direction: ``TTFT p90 ↓``."""
     arrow = "↑" if imp.direction == "maximize" else "↓"
     return f"{metric_label(imp.metric, unit=False)} {arrow}"
-
-
-def importance_table(study_name: str, importances: Sequence[ObjectiveImportance]) -> Table | Text:
-    """A rich table (knobs x objectives, shares in %) or, when nothing was computed, a message.
-
-    The largest share of each objective is bold; objectives that could not be assessed say why
-    in the caption.
-    """
-    from rich.table import Table
-    from rich.text import Text
-
-    done = [imp for imp in importances if imp.shares]
-    notes = [f"{_header(imp)}: {imp.note}" for imp in importances if not imp.shares]
-    if not done:
-        text = "; ".join(notes) or "no objectives"
-        return Text(f"knob importance of {study_name}: {text}", style="yellow")
-    n = max(imp.n_trials for imp in done)
-    table = Table(
-        title=f"Knob importance of {study_name} ({EVALUATOR}, {n} runnable trials)",
-        title_justify="left",
-        caption="\n".join(["share of each objective's importance", *notes]),
-        caption_justify="left",
-    )
-    table.add_column("knob", style="cyan")
-    for imp in done:
-        table.add_column(_header(imp), justify="right")
-    for k in knob_order(done):
-        cells = [k]
-        for imp in done:
-            v = imp.shares.get(k)
-            cell = "-" if v is None else f"{100.0 * v:.0f}%"
-            top = v is not None and v == max(imp.shares.values())
-            cells.append(f"[bold]{cell}[/bold]" if top else cell)
-        table.add_row(*cells)
-    return table
-
-
-def importance_figure(study_name: str, importances: Sequence[ObjectiveImportance]) -> go.Figure:
-    """Grouped bars: one group per objective, one bar per knob (share of importance in %).
-
-    Objectives that could not be assessed are named, with why, in the title.
-    """
-    import plotly.graph_objects as go
-
-    done = [imp for imp in importances if imp.shares]
-    knobs = knob_order(done)
-    fig = go.Figure()
-    for k in knobs:
-        shares = [100.0 * imp.shares.get(k, 0.0) for imp in done]
-        fig.add_trace(
-            go.Bar(
-                x=[_header(imp) for imp in done],
-                y=shares,
-                name=k,
-                text=[f"{s:.0f}%" for s in shares],
-                textposition="outside",
-                cliponaxis=False,
-                hovertemplate=f"<b>{k}</b><br>%{{x}}: %{{y:.1f}}% of the importance<extra></extra>",
-            )
-        )
-    n = max((imp.n_trials for imp in importances), default=0)
-    notes = "; ".join(f"{_header(imp)}: {imp.note}" for imp in importances if not imp.shares)
-    title = f"{study_name}: knob importance per objective ({EVALUATOR}, {n} runnable trials)"
-    fig.update_layout(
-        title=title + (f"<br><sup>{notes}</sup>" if notes else ""),
-        barmode="group",
-        template="plotly_white",
-        yaxis_title="share of the objective's importance (%)",
-        legend={"title": {"text": "knob"}},
-    )
-    if not done:
-        fig.add_annotation(text=notes or "no objectives", showarrow=False, x=0.5, y=0.5,
-                           xref="paper", yref="paper")  # fmt: skip
-    return fig

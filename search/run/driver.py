@@ -20,29 +20,31 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Literal
 
 from dynosim.errors import DynosimError
-from search.convergence import HypervolumeTracker, converged
-from search.evaluator import EvalContext, Evaluator, LocalEvaluator, TrialResult, prepare
-from search.lease import Lease
-from search.load import HINT_KEY, LEVEL_KNOB, LoadSpec, capacity_hint
 from search.optimizers import build_optimizer, generation_size
 from search.optimizers.base import Optimizer
-from search.problem import check_directions
-from search.space import Params
-from search.storage import StudyRecord, open_storage, stored_result
-from search.study_file import StudyFile
+from search.results.front import pareto_front
+from search.results.hypervolume import HypervolumeTracker, converged
+from search.run.capacity import capacity_hint
+from search.run.evaluate import EvalContext, evaluate_one, prepare
+from search.run.evaluators import Evaluator, LocalEvaluator
+from search.store import schema
+from search.store.lease import Lease
+from search.store.open import open_storage
+from search.store.record import StudyRecord, check_directions
+from search.study.load import LEVEL_KNOB
+from search.study.study_file import StudyFile
+from search.trial import Params, TrialResult, workload_id
 
 if TYPE_CHECKING:
     from dynosim.types import Request
-    from search.evaluator import SimulateFn
+    from search.run.evaluate import SimulateFn
 
 EvaluatorFactory = Callable[[EvalContext, Sequence["Request"]], Evaluator]
 Progress = Callable[["RunState"], None]
+Status = Literal["running", "converged", "budget", "stopped"]
 
 
 @dataclass(slots=True)
@@ -55,38 +57,28 @@ class RunState:
     n_feasible: int = 0
     n_duplicates: int = 0
     hypervolume: float = 0.0
-    status: str = "running"
+    status: Status = "running"
     front: list[TrialResult] = field(default_factory=list)
-
-
-def workload_id(requests: Sequence[Request], name: str = "") -> str:
-    """A digest of the requests (part of every config hash)."""
-    h = hashlib.sha256(name.encode())
-    for r in requests:
-        row = (r.arrival_s, r.input_tokens, r.output_tokens, r.block_hashes, r.session_id,
-               r.after_id, r.delay_s)  # fmt: skip
-        h.update(repr(row).encode())
-    return h.hexdigest()[:16]
 
 
 def default_evaluator(sf: StudyFile) -> EvaluatorFactory:
     """The evaluator the study file's ``executor`` asks for."""
     ex = sf.executor
-    timeout_s, memory_mb = sf.budget.trial_timeout_s, ex.get("memory_limit_mb")
+    timeout_s, memory_mb = sf.budget.trial_timeout_s, ex.memory_limit_mb
 
     def make(ctx: EvalContext, requests: Sequence[Request]) -> Evaluator:
-        if ex["kind"] == "local":
+        if ex.kind == "local":
             return LocalEvaluator(
                 ctx, requests, trial_timeout_s=timeout_s, memory_limit_mb=memory_mb
             )
-        from search.ray_evaluator import RayEvaluator
+        from search.run.ray_evaluator import RayEvaluator
 
         return RayEvaluator(
             ctx,
             requests,
-            address=ex["address"],
-            num_cpus=ex["num_cpus"],
-            max_retries=ex["max_retries"],
+            address=ex.address,
+            num_cpus=ex.num_cpus,
+            max_retries=ex.max_retries,
             trial_timeout_s=timeout_s,
             memory_limit_mb=memory_mb,
         )
@@ -132,11 +124,11 @@ def run_study(
         record = StudyRecord.create(storage, sf.name, problem.directions, url=sf.storage)
     with Lease.acquire(record):  # before the reload fails the trials a dead driver left RUNNING
         if not resume:
-            record.set_attr("study", sf.data)
-            record.set_attr("objectives", [o.to_dict() for o in problem.objectives])
-            record.set_attr("constraints", problem.constraint_dicts())
-            record.set_attr("hv_history", [])
-        record.set_attr("status", "running")
+            record.set_attr(schema.STUDY, sf.data)
+            record.set_attr(schema.OBJECTIVES, [o.to_dict() for o in problem.objectives])
+            record.set_attr(schema.CONSTRAINTS, problem.constraint_dicts())
+            record.set_attr(schema.HV_HISTORY, [])
+        record.set_attr(schema.STATUS, "running")
         return _drive(sf, record, requests, warmup_requests, workload_name, simulate_fn,
                       evaluator, progress)  # fmt: skip
 
@@ -168,7 +160,7 @@ def _drive(
     if run.state.n_trials >= sf.budget.max_trials and not run.requeue:
         run.state.status = "budget"
         run.state.front = run.front()
-        record.set_attr("status", "budget")
+        record.set_attr(schema.STATUS, "budget")
         return run.state
     ev = make(ctx, requests)
     try:
@@ -177,10 +169,10 @@ def _drive(
         if isinstance(exc, KeyboardInterrupt):
             run.state.status = "stopped"
         with contextlib.suppress(DynosimError):  # the storage may be what failed
-            record.set_attr("status", run.state.status)
+            record.set_attr(schema.STATUS, run.state.status)
         raise
     else:
-        record.set_attr("status", run.state.status)
+        record.set_attr(schema.STATUS, run.state.status)
     finally:
         ev.close()
     return run.state
@@ -201,15 +193,13 @@ class _Run:
     ) -> None:
         self.sf, self.record, self.ctx, self.progress = sf, record, ctx, progress
         self.budget = sf.budget
-        self.gen = self.budget.generation or generation_size(sf.optimizer, sf.optimizer_settings)
-        self.optimizer: Optimizer = build_optimizer(
-            sf.optimizer, sf.optimizer_settings, ctx.problem, sf.seed
-        )
+        self.gen = self.budget.generation or generation_size(sf.optimizer)
+        self.optimizer: Optimizer = build_optimizer(sf.optimizer, ctx.problem, sf.seed)
         attrs = record.user_attrs
         self.tracker = HypervolumeTracker(
-            ctx.problem.directions, attrs.get("hv_reference"), sf.bounds
+            ctx.problem.directions, attrs.get(schema.HV_REFERENCE), sf.bounds
         )
-        self.history: list[list[float]] = [list(h) for h in attrs.get("hv_history", [])]
+        self.history: list[list[float]] = [list(h) for h in attrs.get(schema.HV_HISTORY, [])]
         self.state = RunState(name=sf.name, max_trials=self.budget.max_trials)
         self.cache: dict[str, TrialResult] = {}
         self.flight: dict[int, _InFlight] = {}
@@ -226,9 +216,10 @@ class _Run:
         done: list[TrialResult] = []
         for t in self.record.trials():
             if t.state == optuna.trial.TrialState.COMPLETE:
-                done.append(stored_result(t))
+                done.append(schema.decode(t))
             elif t.state == optuna.trial.TrialState.RUNNING:
-                self.record.fail(t._trial_id, "left running by an interrupted driver; re-queued")
+                why = "left running by an interrupted driver; re-queued"
+                self.record.fail(self.record.trial_id(t.number), why)
                 self.requeue.append(dict(t.params))
         for r in done:
             self.cache[r.config_hash] = r
@@ -283,7 +274,8 @@ class _Run:
                 self.state.status = "converged"
 
     def _dispatch(self, ev: Evaluator, params: Params) -> None:
-        config, _, digest, _ = prepare(self.ctx, params)
+        prepared = prepare(self.ctx, params)
+        digest = prepared.config_hash
         if digest in self.cache:
             self.state.n_duplicates += 1
             self.dup_streak += 1
@@ -298,16 +290,13 @@ class _Run:
         trial_id = self.record.start(self.ctx.problem.space, params, self.ctx.seed)
         self.flight[trial_id] = _InFlight(trial_id, digest, [params])
         self.flight_by_hash[digest] = trial_id
-        if config is None:  # cannot be built: record it without simulating
-            from search.evaluator import evaluate_one
-
+        if prepared.config is None:  # cannot be built: record it without simulating
             self._record(trial_id, evaluate_one(self.ctx, params, ()))
         else:
-            hint = self._capacity_hint(params)
-            ev.submit(trial_id, params if hint is None else {**params, HINT_KEY: hint})
+            ev.submit(trial_id, params, hint=self._capacity_hint(params))
 
     def _capacity_hint(self, params: Params) -> float | None:
-        """Capacity mode: where the search starts (see :func:`search.load.capacity_hint`).
+        """Capacity mode: where the search starts (see :func:`search.run.capacity.capacity_hint`).
 
         It only sets where the search starts: on the load grid the capacity found does not
         depend on it (for a monotone system).
@@ -327,7 +316,7 @@ class _Run:
             if level == params[LEVEL_KNOB]:
                 continue
             sibling = {**params, LEVEL_KNOB: level}
-            digest = prepare(self.ctx, sibling)[2]
+            digest = prepare(self.ctx, sibling).config_hash
             if digest not in self.cache and digest not in self.flight_by_hash:
                 self.requeue.appendleft(sibling)
 
@@ -355,10 +344,10 @@ class _Run:
         if force and (not n or (self.history and self.history[-1][0] == n)):
             return
         hv = self.tracker.hypervolume()
-        if self.tracker.reference is not None and "hv_reference" not in self.record.user_attrs:
-            self.record.set_attr("hv_reference", self.tracker.reference)
+        if self.tracker.reference is not None and schema.HV_REFERENCE not in self.record.user_attrs:
+            self.record.set_attr(schema.HV_REFERENCE, self.tracker.reference)
         self.history.append([n, hv])
-        self.record.set_attr("hv_history", self.history)
+        self.record.set_attr(schema.HV_HISTORY, self.history)
         self.state.hypervolume = hv
         plateau = converged(self.history, self.budget.tol, self.budget.patience)
         if not force and plateau and self.state.status == "running":
@@ -373,50 +362,3 @@ class _Run:
     def front(self) -> list[TrialResult]:
         """Feasible non-dominated results (recomputed from the cache)."""
         return pareto_front(list(self.cache.values()), self.ctx.problem.directions)
-
-
-def pareto_front(results: Sequence[TrialResult], directions: Sequence[str]) -> list[TrialResult]:
-    """The feasible non-dominated results, best first by the first objective."""
-    feasible = [r for r in results if r.feasible]
-    if not feasible:
-        return []
-    sign = np.array([-1.0 if d == "maximize" else 1.0 for d in directions])
-    pts = np.array([r.values for r in feasible]) * sign
-    from search.convergence import _nondominated
-
-    front = [r for r, keep in zip(feasible, _nondominated(pts), strict=True) if keep]
-    return sorted(front, key=lambda r: float(sign[0] * r.values[0]))
-
-
-def load_workload(
-    spec: dict[str, Any], load: LoadSpec | None = None
-) -> tuple[Sequence[Request], int, str]:
-    """Load the study's workload: ``(requests, warmup_requests, name)``.
-
-    With a capacity or sweep load, a trace is read at its own timestamps (the load axis
-    replays it faster or slower); otherwise at the workload's ``speedup``.
-    """
-    from dynosim.workload import ClientWorkload, TraceRef, load_trace_workload, parse_workload_file
-
-    as_written = load is not None and load.mode != "fixed"
-    if "trace" in spec:
-        w = load_trace_workload(
-            spec["trace"],
-            speedup=1.0 if as_written else spec.get("speedup", 1.0),
-            max_requests=spec.get("max_requests"),
-        )
-    else:
-        parsed = parse_workload_file(spec["file"])
-        if isinstance(parsed, TraceRef):
-            w = (dataclasses.replace(parsed, speedup=1.0) if as_written else parsed).load()
-        elif isinstance(parsed, ClientWorkload):
-            w = parsed.load()
-        else:
-            from dynosim.workload import Workload, generate
-
-            requests = generate(parsed, base_dir=Path(spec["file"]).parent)
-            w = Workload(
-                requests=tuple(requests), warmup_requests=parsed.warmup_requests, name=parsed.name
-            )
-    warmup = spec.get("warmup_requests")
-    return w.requests, int(w.warmup_requests if warmup is None else warmup), str(w.name)

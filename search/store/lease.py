@@ -30,7 +30,7 @@ from dynosim.errors import DynosimError
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from search.storage import StudyRecord
+    from search.store.record import StudyRecord
 
 LEASE_KEY = "dynosim:lease"
 TTL_S = 45.0

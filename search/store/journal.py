@@ -3,7 +3,7 @@
 Optuna's ``JournalFileBackend`` appends one JSON record a line, under a lock file. A crash
 mid-write (on a filesystem without atomic appends) leaves a torn last line: Optuna skips it when
 reading, but the next record is appended to it, and from then on every read of the file fails.
-:func:`repair_journal` runs when ``search.storage`` opens a journal.
+:func:`repair_journal` runs when ``search.store.open`` opens a journal.
 """
 
 from __future__ import annotations

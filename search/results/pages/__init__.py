@@ -1,0 +1,1 @@
+"""HTML pages of plotly figures (plotly is imported inside each function that draws)."""
