@@ -1,4 +1,7 @@
-"""Synthetic workloads: a validated spec (from a YAML-derived dict) and its generator.
+"""Synthetic workload specs: the validated spec (from a YAML-derived dict) and its parts.
+
+The generator that turns a spec into requests is :mod:`dynosim.workload.generate`; a workload
+file is read by :mod:`dynosim.workload.files`.
 
 A spec, as YAML::
 
@@ -38,20 +41,13 @@ Semantics:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-import numpy as np
-import numpy.typing as npt
-import yaml
-
-from dynosim.errors import ConfigError, WorkloadError
-from dynosim.files import parse_yaml, read_text, yaml_syntax_error
-from dynosim.types import HASH_BLOCK_TOKENS, Request
-from dynosim.workload.client import BenchmarkClient, ClientWorkload
+from dynosim.errors import ConfigError
+from dynosim.types import HASH_BLOCK_TOKENS
 from dynosim.workload.limits import (
     MAX_BLOCK_IDS,
     MAX_REQUESTS,
@@ -62,23 +58,17 @@ from dynosim.workload.limits import (
     TIME_WHY,
     finite_number,
 )
-from dynosim.workload.traces import Workload, load_trace, load_trace_workload
 
 __all__ = [
     "ArrivalSpec",
     "LengthSpec",
     "PrefixSpec",
     "SessionSpec",
-    "TraceRef",
     "WorkloadSpec",
-    "generate",
-    "load_workload_file",
-    "parse_workload_file",
 ]
 
 Process = Literal["closed_loop", "poisson", "gamma", "constant"]
 Dist = Literal["fixed", "uniform", "lognormal", "empirical"]
-IntArray = npt.NDArray[np.int64]
 
 _ARRIVAL_KEYS: dict[str, tuple[str, ...]] = {
     "closed_loop": ("concurrency", "ramp_up_s"),
@@ -356,236 +346,3 @@ class WorkloadSpec:
             )
         plain = {k: d[k] for k in ("requests", "warmup_requests", "seed", "name") if k in d}
         return cls(arrival=arrival, prefix=prefix, sessions=sessions, **lengths, **plain)
-
-
-def _lengths(
-    spec: LengthSpec,
-    n: int,
-    rng: np.random.Generator,
-    base_dir: Path | None,
-    traces: dict[Path, list[Request]],
-) -> IntArray:
-    if spec.dist == "fixed":
-        return np.full(n, spec.value, dtype=np.int64)
-    if spec.dist == "uniform":
-        return rng.integers(spec.low, spec.high + 1, size=n, dtype=np.int64)
-    if spec.dist == "lognormal":
-        mu = math.log(spec.mean) - spec.sigma**2 / 2  # so that E[X] = mean
-        values = np.rint(rng.lognormal(mu, spec.sigma, size=n))
-        high = min(spec.max, MAX_TOKENS) if spec.max is not None else MAX_TOKENS
-        return np.clip(values, 1, high).astype(np.int64)
-    path = Path(spec.trace)
-    if not path.is_absolute() and base_dir is not None:
-        path = base_dir / path
-    if path not in traces:
-        traces[path] = load_trace(path)
-    trace = traces[path]
-    pool = np.fromiter(
-        (r.input_tokens if spec.field == "input" else r.output_tokens for r in trace),
-        dtype=np.int64,
-        count=len(trace),
-    )
-    return rng.choice(pool, size=n)
-
-
-def _arrivals(spec: ArrivalSpec, n: int, rng: np.random.Generator) -> npt.NDArray[np.float64]:
-    """Arrival times of ``n`` open-loop units, the first at 0 s."""
-    if spec.process == "constant":
-        return np.arange(n, dtype=np.float64) / spec.rate_rps
-    if spec.process == "poisson":
-        gaps = rng.exponential(1.0 / spec.rate_rps, size=n - 1)
-    else:  # gamma: shape 1/cv^2, mean 1/rate
-        shape = 1.0 / spec.cv**2
-        gaps = rng.gamma(shape, 1.0 / (spec.rate_rps * shape), size=n - 1)
-    return np.concatenate(([0.0], np.cumsum(gaps)))
-
-
-def generate(
-    spec: WorkloadSpec,
-    rng: np.random.Generator | None = None,
-    base_dir: str | Path | None = None,
-) -> list[Request]:
-    """Generate the requests a spec describes.
-
-    Args:
-        spec: The workload spec.
-        rng: Source of randomness; ``np.random.default_rng(spec.seed)`` when None. Independent
-            child streams drive arrivals, input lengths, output lengths and prefix groups.
-        base_dir: Folder against which relative empirical trace paths are resolved.
-
-    Returns:
-        ``spec.warmup_requests + spec.requests`` requests, ids 0..n-1, ``after_id < id``.
-    """
-    rng = np.random.default_rng(spec.seed) if rng is None else rng
-    arrival_rng, input_rng, output_rng, prefix_rng = rng.spawn(4)
-    folder = Path(base_dir) if base_dir is not None else None
-    n = spec.warmup_requests + spec.requests
-    turns = spec.sessions.turns if spec.sessions is not None else 1
-    think_s = spec.sessions.think_time_s if spec.sessions is not None else 0.0
-    units = -(-n // turns)
-    traces: dict[Path, list[Request]] = {}  # an empirical trace read once per call
-    new_in = _lengths(spec.input_tokens, n, input_rng, folder, traces)
-    out = _lengths(spec.output_tokens, n, output_rng, folder, traces).tolist()
-    closed = spec.arrival.process == "closed_loop"
-    clients = spec.arrival.concurrency
-    if closed:
-        starts = (spec.arrival.ramp_up_s * np.arange(min(units, clients)) / clients).tolist()
-    else:
-        starts = _arrivals(spec.arrival, units, arrival_rng).tolist()
-
-    group_ids: list[tuple[int, ...]] = [()]
-    prefix_tokens = 0
-    group_of = [0] * units
-    if spec.prefix is not None:
-        prefix_tokens = spec.prefix.tokens
-        per_group = prefix_tokens // HASH_BLOCK_TOKENS
-        groups = spec.prefix.groups
-        group_ids = [tuple(range(g * per_group, (g + 1) * per_group)) for g in range(groups)]
-        weights = None
-        if spec.prefix.zipf_s is not None:
-            ranks = np.arange(1, groups + 1, dtype=np.float64)
-            weights = ranks**-spec.prefix.zipf_s / np.sum(ranks**-spec.prefix.zipf_s)
-        group_of = prefix_rng.choice(groups, size=units, p=weights).tolist()
-    next_hash = len(group_ids) * len(group_ids[0])
-    if not closed and starts and not starts[-1] < MAX_TIME_S:
-        raise ConfigError(
-            "arrival.rate_rps",
-            spec.arrival.rate_rps,
-            f"a rate whose requests arrive within {MAX_TIME_S:g} s (the last arrives at "
-            f"{starts[-1]:.3g} s)",
-        )
-    blocks = 0  # block ids held by the requests made so far, against MAX_BLOCK_IDS
-
-    new_list = new_in.tolist()
-    requests: list[Request] = []
-    for unit in range(units):
-        first = unit * turns
-        after: int | None = None
-        arrival = 0.0
-        if unit < len(starts):
-            arrival = starts[unit]
-        else:  # closed loop: follow the last request of this client's previous unit
-            after = first - (clients - 1) * turns - 1
-        shared = group_ids[group_of[unit]]
-        prompt = prefix_tokens + new_list[first]
-        for i in range(first, min(first + turns, n)):
-            if i > first:
-                previous = requests[-1]
-                prompt = previous.input_tokens + previous.output_tokens + new_list[i]
-                shared = previous.block_hashes[: previous.input_tokens // HASH_BLOCK_TOKENS]
-                after = i - 1
-            fresh = -(-prompt // HASH_BLOCK_TOKENS) - len(shared)
-            blocks += fresh + len(shared)
-            if blocks > MAX_BLOCK_IDS or prompt > MAX_TOKENS:
-                raise ConfigError(
-                    "requests",
-                    spec.requests,
-                    f"a workload of at most {MAX_BLOCK_IDS:,} prompt blocks in all and "
-                    f"{MAX_TOKENS:,} tokens a prompt (request {i} needs {prompt:,} tokens, "
-                    f"{blocks:,} blocks so far: fewer requests, turns or tokens)",
-                )
-            requests.append(
-                Request(
-                    id=i,
-                    arrival_s=arrival,
-                    input_tokens=prompt,
-                    output_tokens=out[i],
-                    block_hashes=shared + tuple(range(next_hash, next_hash + fresh)),
-                    session_id=unit if spec.sessions is not None else None,
-                    after_id=after,
-                    delay_s=think_s if i > first else 0.0,
-                )
-            )
-            next_hash += fresh
-    return requests
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TraceRef:
-    """A workload file that points at a trace (``trace:`` plus optional replay settings)."""
-
-    path: Path
-    speedup: float = 1.0
-    max_requests: int | None = None
-    warmup_requests: int = 0
-    name: str = "workload"
-
-    def load(self) -> Workload:
-        """Read the trace as the file describes."""
-        loaded = load_trace_workload(
-            self.path, speedup=self.speedup, max_requests=self.max_requests
-        )
-        return Workload(
-            requests=loaded.requests, warmup_requests=self.warmup_requests, name=self.name
-        )
-
-
-def parse_workload_file(path: str | Path) -> WorkloadSpec | TraceRef | ClientWorkload:
-    """Read and validate a workload YAML file without generating or reading any request.
-
-    A trace reference has the keys ``trace`` (path, relative to the file's folder) and
-    optionally ``speedup``, ``max_requests``, ``warmup_requests`` and ``name``. A benchmark
-    client has the keys ``client`` (see :mod:`dynosim.workload.client`) and optionally
-    ``name``. Anything else is a :class:`WorkloadSpec`; relative empirical trace paths are
-    resolved against the file's folder. The name is the file's ``name`` or else its stem.
-
-    Raises:
-        WorkloadError: One line ``FILE: field: what is wrong`` (or ``FILE:LINE:`` for YAML
-            syntax errors).
-    """
-    path = Path(path)
-    try:
-        data = parse_yaml(
-            read_text(path, lambda p, why: WorkloadError(f"{p}: cannot read workload file: {why}"))
-        )
-    except yaml.YAMLError as exc:
-        raise WorkloadError(yaml_syntax_error(path, exc)) from None
-    named = isinstance(data, Mapping) and "name" in data
-    try:
-        if isinstance(data, Mapping) and "client" in data:
-            _keys("", data, ("client", "name"))
-            return ClientWorkload(
-                client=BenchmarkClient.from_dict(data["client"]),
-                name=str(data["name"]) if named else path.stem,
-            )
-        if isinstance(data, Mapping) and "trace" in data:
-            keys = ("trace", "speedup", "max_requests", "warmup_requests", "name")
-            _keys("", data, keys)
-            _int("warmup_requests", data.get("warmup_requests", 0), 0, MAX_REQUESTS, MEMORY_WHY)
-            if data.get("max_requests") is not None:
-                _int("max_requests", data["max_requests"], 1, MAX_REQUESTS, MEMORY_WHY)
-            _num("speedup", data.get("speedup", 1.0), 0.0, strict=True)
-            if not isinstance(data["trace"], str) or not data["trace"] or "\x00" in data["trace"]:
-                raise ConfigError("trace", data["trace"], "a trace file path")
-            return TraceRef(
-                path=path.parent / data["trace"],
-                speedup=data.get("speedup", 1.0),
-                max_requests=data.get("max_requests"),
-                warmup_requests=data.get("warmup_requests", 0),
-                name=str(data["name"]) if named else path.stem,
-            )
-        spec = WorkloadSpec.from_dict(data if data is not None else {}, base_dir=path.parent)
-    except ConfigError as exc:
-        raise WorkloadError(f"{path}: {exc}") from None
-    return spec if named else replace(spec, name=path.stem)
-
-
-def load_workload_file(path: str | Path) -> Workload:
-    """Read a workload YAML file (see :func:`parse_workload_file`) and make its requests.
-
-    Raises:
-        WorkloadError: The file is malformed, or a trace line is (``FILE:LINE: what``).
-    """
-    parsed = parse_workload_file(path)
-    if isinstance(parsed, TraceRef | ClientWorkload):
-        try:
-            return parsed.load()
-        except ConfigError as exc:
-            raise WorkloadError(f"{path}: {exc}") from None
-    try:
-        requests = generate(parsed, base_dir=Path(path).parent)
-    except ConfigError as exc:
-        raise WorkloadError(f"{path}: {exc}") from None
-    return Workload(
-        requests=tuple(requests), warmup_requests=parsed.warmup_requests, name=parsed.name
-    )
