@@ -8,12 +8,13 @@ from pathlib import Path
 
 import yaml
 
+from dynosim.checks import integer, known_keys
 from dynosim.errors import ConfigError, WorkloadError
 from dynosim.files import parse_yaml, read_text, yaml_syntax_error
 from dynosim.workload.client import BenchmarkClient, ClientWorkload
 from dynosim.workload.generate import generate
-from dynosim.workload.limits import MAX_REQUESTS, MEMORY_WHY
-from dynosim.workload.spec import WorkloadSpec, _int, _keys, _num
+from dynosim.workload.limits import MAX_REQUESTS, MEMORY_WHY, finite_in
+from dynosim.workload.spec import WorkloadSpec
 from dynosim.workload.traces import Workload, load_trace_workload
 
 __all__ = ["TraceRef", "load_workload_file", "parse_workload_file"]
@@ -62,18 +63,20 @@ def parse_workload_file(path: str | Path) -> WorkloadSpec | TraceRef | ClientWor
     named = isinstance(data, Mapping) and "name" in data
     try:
         if isinstance(data, Mapping) and "client" in data:
-            _keys("", data, ("client", "name"))
+            known_keys("", data, ("client", "name"))
             return ClientWorkload(
                 client=BenchmarkClient.from_dict(data["client"]),
                 name=str(data["name"]) if named else path.stem,
             )
         if isinstance(data, Mapping) and "trace" in data:
             keys = ("trace", "speedup", "max_requests", "warmup_requests", "name")
-            _keys("", data, keys)
-            _int("warmup_requests", data.get("warmup_requests", 0), 0, MAX_REQUESTS, MEMORY_WHY)
+            known_keys("", data, keys)
+            integer(
+                "warmup_requests", data.get("warmup_requests", 0), 0, MAX_REQUESTS, why=MEMORY_WHY
+            )
             if data.get("max_requests") is not None:
-                _int("max_requests", data["max_requests"], 1, MAX_REQUESTS, MEMORY_WHY)
-            _num("speedup", data.get("speedup", 1.0), 0.0, strict=True)
+                integer("max_requests", data["max_requests"], 1, MAX_REQUESTS, why=MEMORY_WHY)
+            finite_in("speedup", data.get("speedup", 1.0), 0.0, open_low=True)
             if not isinstance(data["trace"], str) or not data["trace"] or "\x00" in data["trace"]:
                 raise ConfigError("trace", data["trace"], "a trace file path")
             return TraceRef(

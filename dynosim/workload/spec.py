@@ -46,6 +46,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from dynosim.checks import choice, integer, known_keys, text
 from dynosim.errors import ConfigError
 from dynosim.types import HASH_BLOCK_TOKENS
 from dynosim.workload.limits import (
@@ -56,6 +57,7 @@ from dynosim.workload.limits import (
     MEMORY_WHY,
     REQUESTS_WHY,
     TIME_WHY,
+    finite_in,
     finite_number,
 )
 
@@ -95,39 +97,20 @@ MAX_CV = 1000.0
 MAX_PREFIX_GROUPS = 1_000_000
 
 
-def _int(name: str, value: object, low: int, high: int | None = None, why: str = "") -> None:
-    bad = isinstance(value, bool) or not isinstance(value, int) or value < low
-    if bad or (high is not None and value > high):  # type: ignore[operator]
-        allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high:,}]"
-        raise ConfigError(name, value, f"{allowed}{f' ({why})' if why else ''}")
-
-
-def _num(name: str, value: object, low: float, *, strict: bool, high: float | None = None) -> None:
-    ok = finite_number(value) and (value > low if strict else value >= low)  # type: ignore[operator]
-    if not ok or (high is not None and not value < high):  # type: ignore[operator]
-        allowed = f"a finite number {'>' if strict else '>='} {low}"
-        raise ConfigError(name, value, allowed if high is None else f"{allowed} and < {high:g}")
-
-
-def _keys(name: str, d: object, allowed: tuple[str, ...]) -> Mapping[str, Any]:
-    if not isinstance(d, Mapping):
-        raise ConfigError(name, d, "a mapping")
-    for key in d:
-        if key not in allowed:
-            raise ConfigError(f"{name}.{key}" if name else str(key), d[key], ", ".join(allowed))
+def _fields(name: str, d: object, allowed: tuple[str, ...]) -> Mapping[str, Any]:
+    """``d`` if its keys are among ``allowed`` and it has those of them that are required."""
+    data = known_keys(name, d, allowed)
     for key in allowed:
-        if key in _REQUIRED and key not in d:
+        if key in _REQUIRED and key not in data:
             raise ConfigError(f"{name}.{key}", None, "a value (the field is required)")
-    return d
+    return data
 
 
 def _kind(name: str, d: object, key: str, choices: tuple[str, ...]) -> str:
+    """The ``key`` of mapping ``d`` (which kind of process or distribution), one of ``choices``."""
     if not isinstance(d, Mapping):
         raise ConfigError(name, d, f"a mapping with {key}: {' | '.join(choices)}")
-    value = d.get(key)
-    if value not in choices:
-        raise ConfigError(f"{name}.{key}", value, " | ".join(choices))
-    return str(value)
+    return str(choice(f"{name}.{key}", d.get(key), choices))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,12 +124,11 @@ class ArrivalSpec:
     ramp_up_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.process not in get_args(Process):
-            raise ConfigError("process", self.process, " | ".join(get_args(Process)))
-        _num("rate_rps", self.rate_rps, 0.0, strict=True)
+        choice("process", self.process, get_args(Process))
+        finite_in("rate_rps", self.rate_rps, 0.0, open_low=True)
         if not (finite_number(self.cv) and 1 / MAX_CV <= self.cv <= MAX_CV):
             raise ConfigError("cv", self.cv, f"a number in [{1 / MAX_CV:g}, {MAX_CV:g}]")
-        _int("concurrency", self.concurrency, 1, MAX_REQUESTS, MEMORY_WHY)
+        integer("concurrency", self.concurrency, 1, MAX_REQUESTS, why=MEMORY_WHY)
         if not (finite_number(self.ramp_up_s) and 0 <= self.ramp_up_s < MAX_TIME_S):
             raise ConfigError("ramp_up_s", self.ramp_up_s, TIME_WHY)
 
@@ -166,21 +148,19 @@ class LengthSpec:
     field: Literal["input", "output"] = "input"
 
     def __post_init__(self) -> None:
-        if self.dist not in get_args(Dist):
-            raise ConfigError("dist", self.dist, " | ".join(get_args(Dist)))
-        _int("value", self.value, 1, MAX_TOKENS)
-        _int("low", self.low, 1, MAX_TOKENS)
-        _int("high", self.high, self.low if isinstance(self.low, int) else 1, MAX_TOKENS)
-        _num("mean", self.mean, 1.0, strict=False, high=MAX_TOKENS + 1)
+        choice("dist", self.dist, get_args(Dist))
+        integer("value", self.value, 1, MAX_TOKENS)
+        integer("low", self.low, 1, MAX_TOKENS)
+        integer("high", self.high, self.low if isinstance(self.low, int) else 1, MAX_TOKENS)
+        finite_in("mean", self.mean, 1.0, MAX_TOKENS + 1, open_high=True)
         if not (finite_number(self.sigma) and 0 <= self.sigma <= MAX_SIGMA):
             raise ConfigError("sigma", self.sigma, f"a number in [0, {MAX_SIGMA:g}]")
         if self.max is not None:
-            _int("max", self.max, 1, MAX_TOKENS)
+            integer("max", self.max, 1, MAX_TOKENS)
         path_ok = isinstance(self.trace, str) and self.trace and "\x00" not in self.trace
         if self.dist == "empirical" and not path_ok:
             raise ConfigError("trace", self.trace, "a trace file path")
-        if self.field not in ("input", "output"):
-            raise ConfigError("field", self.field, "input | output")
+        choice("field", self.field, ("input", "output"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -192,8 +172,8 @@ class PrefixSpec:
     zipf_s: float | None = None
 
     def __post_init__(self) -> None:
-        _int("groups", self.groups, 1, MAX_PREFIX_GROUPS)
-        _int("tokens", self.tokens, 1, MAX_TOKENS)
+        integer("groups", self.groups, 1, MAX_PREFIX_GROUPS)
+        integer("tokens", self.tokens, 1, MAX_TOKENS)
         if self.groups * (self.tokens // HASH_BLOCK_TOKENS) > MAX_BLOCK_IDS:
             raise ConfigError(
                 "tokens",
@@ -202,7 +182,7 @@ class PrefixSpec:
                 f"({self.groups} groups x {self.tokens // HASH_BLOCK_TOKENS} blocks)",
             )
         if self.zipf_s is not None:
-            _num("zipf_s", self.zipf_s, 0.0, strict=True, high=1e3)
+            finite_in("zipf_s", self.zipf_s, 0.0, 1e3, open_low=True, open_high=True)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -213,7 +193,7 @@ class SessionSpec:
     think_time_s: float = 0.0
 
     def __post_init__(self) -> None:
-        _int("turns", self.turns, 1, MAX_REQUESTS, MEMORY_WHY)
+        integer("turns", self.turns, 1, MAX_REQUESTS, why=MEMORY_WHY)
         if not (finite_number(self.think_time_s) and 0 <= self.think_time_s < MAX_TIME_S):
             raise ConfigError("think_time_s", self.think_time_s, TIME_WHY)
         if self.think_time_s * (self.turns - 1) >= MAX_TIME_S:
@@ -268,11 +248,10 @@ class WorkloadSpec:
     name: str = "synthetic"
 
     def __post_init__(self) -> None:
-        _int("requests", self.requests, 1, MAX_REQUESTS, MEMORY_WHY)
-        _int("warmup_requests", self.warmup_requests, 0, MAX_REQUESTS, MEMORY_WHY)
-        _int("seed", self.seed, 0, 2**63 - 1)
-        if not isinstance(self.name, str) or not self.name:
-            raise ConfigError("name", self.name, "a non-empty string")
+        integer("requests", self.requests, 1, MAX_REQUESTS, why=MEMORY_WHY)
+        integer("warmup_requests", self.warmup_requests, 0, MAX_REQUESTS, why=MEMORY_WHY)
+        integer("seed", self.seed, 0, 2**63 - 1)
+        text("name", self.name)
         n = self.requests + self.warmup_requests
         if n > MAX_REQUESTS:
             raise ConfigError("requests", self.requests, f"with warm-up, {REQUESTS_WHY}")
@@ -315,19 +294,19 @@ class WorkloadSpec:
         """
         if not isinstance(d, Mapping):
             raise ConfigError("workload", d, "a mapping of workload fields")
-        _keys("", d, tuple(f.name for f in fields(cls)))
+        _fields("", d, tuple(f.name for f in fields(cls)))
         if "requests" not in d:
             raise ConfigError("requests", None, "a value (the field is required)")
         process = _kind("arrival", d.get("arrival"), "process", tuple(_ARRIVAL_KEYS))
         arrival = _sub(
             ArrivalSpec,
             "arrival",
-            _keys("arrival", d["arrival"], ("process", *_ARRIVAL_KEYS[process])),
+            _fields("arrival", d["arrival"], ("process", *_ARRIVAL_KEYS[process])),
         )
         lengths = {}
         for name in ("input_tokens", "output_tokens"):
             dist = _kind(name, d.get(name), "dist", tuple(_LENGTH_KEYS))
-            spec = dict(_keys(name, d[name], ("dist", *_LENGTH_KEYS[dist])))
+            spec = dict(_fields(name, d[name], ("dist", *_LENGTH_KEYS[dist])))
             if dist == "empirical":
                 trace = spec["trace"]
                 if isinstance(trace, str | Path) and base_dir is not None:
@@ -337,12 +316,12 @@ class WorkloadSpec:
         prefix = d.get("prefix")
         if prefix is not None:
             prefix = _sub(
-                PrefixSpec, "prefix", _keys("prefix", prefix, ("groups", "tokens", "zipf_s"))
+                PrefixSpec, "prefix", _fields("prefix", prefix, ("groups", "tokens", "zipf_s"))
             )
         sessions = d.get("sessions")
         if sessions is not None:
             sessions = _sub(
-                SessionSpec, "sessions", _keys("sessions", sessions, ("turns", "think_time_s"))
+                SessionSpec, "sessions", _fields("sessions", sessions, ("turns", "think_time_s"))
             )
         plain = {k: d[k] for k in ("requests", "warmup_requests", "seed", "name") if k in d}
         return cls(arrival=arrival, prefix=prefix, sessions=sessions, **lengths, **plain)
