@@ -47,7 +47,7 @@ from dynosim.perf.calibration import (
     SourceCalibration,
     StepCalibration,
 )
-from dynosim.validation.measurements import Measurement
+from dynosim.validation.measurement import Measurement
 from dynosim.validation.validate import assume_client, replay, row_requests
 
 F64 = npt.NDArray[np.float64]

@@ -11,7 +11,7 @@ import pytest
 from dynosim.perf.calibration import HostCalibration, StepCalibration, load_profile
 from dynosim.validation import calibrate as calibrate_module
 from dynosim.validation.calibrate import FitOptions, calibrate, design, predict
-from dynosim.validation.measurements import Measurement
+from dynosim.validation.measurement import Measurement
 from dynosim.validation.validate import replay
 from search.cli import main
 
