@@ -2,9 +2,11 @@
 
 Every aggregated row of ``silicon_sample.csv`` is replayed as it was measured (closed loop with
 ``batch_size`` clients per attention-DP rank, i.e. ``batch_size x attention_dp`` per replica,
-fixed ISL/OSL, prefix caching off: :mod:`dynosim.validation.silicon`) or refused with its
-one-line reason. Per (model, system, backend) the script prints the rows run and refused, the
-TPOT and TTFT mean absolute percentage errors of the rows run, and the refusal reasons (counted).
+fixed ISL/OSL, prefix caching off, no host cost: :func:`dynosim.validation.validate.replay` of
+the row read as :mod:`dynosim.validation.measurements` reads it, whatever client it records)
+or refused with its one-line reason. Per (model, system, backend) the script prints the rows run
+and refused, the TPOT and TTFT mean absolute percentage errors of the rows run, and the refusal
+reasons (counted).
 Nothing is fitted here: the step times are AIConfigurator's and the framework overheads are the
 shipped defaults (fitted only on ``CALIBRATION_GROUPS``, among them the two MoE groups issue 8
 names; groups marked ``cal`` below are those).
@@ -26,19 +28,16 @@ import statistics
 import sys
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dynosim.errors import ConfigError, InfeasibleError
 from dynosim.perf.aic import check_key, resolve_key
+from dynosim.perf.calibration import HostCalibration
 from dynosim.perf.memory import check_feasible
-from dynosim.validation.silicon import (
-    CALIBRATION_GROUPS,
-    RefusedRow,
-    SiliconRow,
-    agg_rows,
-    replay,
-    row_config,
-)
+from dynosim.validation.measurement import Measurement
+from dynosim.validation.measurements import read_measurements
+from dynosim.validation.silicon import CALIBRATION_GROUPS, silicon_csv
+from dynosim.validation.validate import replay, row_config
 
 Group = tuple[str, str, str]
 
@@ -69,7 +68,7 @@ def _reason(text: str) -> str:
     return re.sub(r"\d+(\.\d+)?", "N", text)[:200]
 
 
-def _sample(rows: list[SiliconRow], n: int) -> list[SiliconRow]:
+def _sample(rows: list[Measurement], n: int) -> list[Measurement]:
     if n <= 0 or len(rows) <= n:
         return rows
     step = len(rows) / n
@@ -79,16 +78,17 @@ def _sample(rows: list[SiliconRow], n: int) -> list[SiliconRow]:
 def run(sample: int, match: str, rounds: int) -> dict[Group, GroupResult]:
     """Replay (a sample of) every aggregated row; refusals are counted over every row."""
     results: dict[Group, GroupResult] = defaultdict(GroupResult)
-    buildable: dict[Group, list[SiliconRow]] = defaultdict(list)
-    for r in agg_rows():
-        group = (r.model, r.gpu, r.backend)
-        if match not in " ".join(group):
+    buildable: dict[Group, list[Measurement]] = defaultdict(list)
+    for m in read_measurements(silicon_csv()):
+        group = (m.model, m.gpu, m.backend)
+        if m.mode != "agg" or match not in " ".join(group):
             continue
         res = results[group]
         res.rows += 1
-        if isinstance(r, RefusedRow):
-            res.refused[_reason(r.reason)] += 1
+        if m.refused is not None:
+            res.refused[_reason(m.refused)] += 1
             continue
+        r = replace(m, client=None)  # the closed loop of its batch, whoever measured it
         try:
             row_config(r)
         except ConfigError as err:
@@ -112,13 +112,12 @@ def run(sample: int, match: str, rounds: int) -> dict[Group, GroupResult]:
                 continue
             res.sampled_out += 1
         for r in chosen:
-            try:
-                out = replay(r, rounds=rounds)
-            except (ConfigError, InfeasibleError) as err:
-                res.refused[_reason(str(err))] += 1
+            out = replay(r, rounds=rounds, host=HostCalibration(), unrecorded_client="closed-loop")
+            if out.refused is not None:
+                res.refused[_reason(out.refused)] += 1
                 continue
-            res.tpot_err.append(out.tpot_error)
-            res.ttft_err.append(out.ttft_error)
+            res.tpot_err.append(out.error("tpot"))
+            res.ttft_err.append(out.error("ttft"))
         print(f"  {' / '.join(group)}: {res.run} run in {time.perf_counter() - t0:.0f} s",
               file=sys.stderr, flush=True)  # fmt: skip
     return results

@@ -31,72 +31,21 @@ from __future__ import annotations
 import csv
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dynosim.errors import ConfigError, WorkloadError
+from dynosim.validation.measurement import Measurement
+from dynosim.validation.silicon import parse_disagg_pools, parse_row, row_kv_dtype
+from dynosim.validation.tool_exports import is_aiperf_csv, parse_aiperf_csv, parse_json
 from dynosim.workload.client import CLIENTS, ClientName
 
-if TYPE_CHECKING:
-    from dynosim.validation.silicon import PoolShape
+__all__ = ["PLAIN_FIELDS", "PLAIN_OPTIONAL", "Measurement", "read_measurements"]
 
 PLAIN_FIELDS = ("model", "gpu", "backend", "tp", "isl", "osl", "concurrency", "ttft_ms", "tpot_ms")
 PLAIN_OPTIONAL = ("dtype", "client", "max_num_seqs", "max_num_batched_tokens",
                   "enable_prefix_caching", "warmups")  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Measurement:
-    """One measured point: an aggregated deployment at a closed-loop concurrency.
-
-    Attributes:
-        where: ``FILE:LINE`` of the row.
-        client: The benchmark client that measured it (None: not recorded; replayed as the
-            calibration profile's ``unrecorded_client`` for the backend).
-        warmups: Warm-up requests the client sent (None: the client's default).
-        engine: Engine fields the row states (``max_num_seqs``...).
-        ep, moe_tp, attention_dp: The replica's parallelism (``concurrency`` is the clients of
-            all its DP ranks together).
-        kv_cache_dtype: The KV cache's element type when not the dtype's default.
-        refused: Why the row cannot be replayed (None: it can).
-        source: The file the row's figures came from, as the row names it (AIConfigurator's
-            ``silicon_data_source`` up to its first ``;``, without ``source_file=``; empty
-            for other formats). A calibration profile may name a client model per source.
-        queued: Requests the benchmark harness holds beyond ``concurrency`` (the ``queued``
-            client model: they wait for an engine slot, and their TTFT counts the wait).
-        pools: The prefill and decode pools of a disaggregated row (None: aggregated, one
-            replica of ``tp``, ``ep``, ``moe_tp``, ``attention_dp``).
-    """
-
-    where: str
-    model: str
-    gpu: str
-    backend: str
-    tp: int
-    isl: int
-    osl: int
-    concurrency: int
-    ttft_ms: float
-    tpot_ms: float
-    dtype: str = "bf16"
-    mode: str = "agg"
-    client: ClientName | None = None
-    warmups: int | None = None
-    engine: dict[str, Any] = field(default_factory=dict)
-    ep: int = 1
-    moe_tp: int | None = None
-    attention_dp: int = 1
-    kv_cache_dtype: str | None = None
-    refused: str | None = None
-    source: str = ""
-    queued: int = 0
-    pools: tuple[PoolShape, PoolShape] | None = None
-
-    @property
-    def group(self) -> tuple[str, str, str, str]:
-        """``(model, gpu, backend, mode)``."""
-        return (self.model, self.gpu, self.backend, self.mode)
 
 
 def read_measurements(
@@ -110,8 +59,6 @@ def read_measurements(
     Raises:
         WorkloadError: unreadable file, unknown header, or a malformed row (``FILE:LINE: ...``).
     """
-    from dynosim.validation import tool_exports
-
     p = Path(path)
     try:
         with p.open(newline="") as f:
@@ -119,9 +66,9 @@ def read_measurements(
     except (OSError, UnicodeDecodeError) as exc:
         raise WorkloadError(f"{p}: cannot read measurements: {exc}") from None
     if text.lstrip("\ufeff").lstrip().startswith("{"):
-        return tool_exports.parse_json(p, text, context or {})
-    if tool_exports.is_aiperf_csv(text):
-        return tool_exports.parse_aiperf_csv(p, text, context or {})
+        return parse_json(p, text, context or {})
+    if is_aiperf_csv(text):
+        return parse_aiperf_csv(p, text, context or {})
     reader = csv.DictReader(text.splitlines())
     header = set(reader.fieldnames or ())
     if {"model_path", "system", "silicon_ttft_ms"} <= header:
@@ -171,8 +118,6 @@ def _silicon(path: Path, line: int, r: dict[str, str]) -> Measurement:
         warmups=warmups,
         source=source.split(";", 1)[0].strip().removeprefix("source_file="),
     )
-    from dynosim.validation.silicon import parse_disagg_pools, parse_row, row_kv_dtype
-
     if base.mode == "disagg":
         try:
             dtype, prefill, decode = parse_disagg_pools(r)

@@ -1,12 +1,13 @@
-"""Closed-loop replays of AIConfigurator's real-GPU measurements (``silicon_sample.csv``).
+"""AIConfigurator's real-GPU measurements (``silicon_sample.csv``): their rows, parsed.
 
 Each row of that file is a benchmark of one aggregated deployment at a fixed input/output
 length and a fixed batch size per scheduler: ``c = batch_size x attention_dp`` clients each send
 their next request as soon as the previous one completes (with attention data parallelism every
-DP rank schedules its own batch of ``batch_size``). ``replay`` runs the same benchmark in the
-simulator and returns its mean TTFT and TPOT, so a step-time model and framework overhead can
-be checked against the measured ones. Only some rows may be used for calibration (see
-``CALIBRATION_GROUPS``); the others are for validation.
+DP rank schedules its own batch of ``batch_size``), or of a disaggregated one (its prefill and
+decode pools: :func:`parse_disagg_pools`). :func:`closed_loop_requests` makes such a
+benchmark's requests; :func:`dynosim.validation.validate.replay` runs it in the simulator. Only
+some rows may be used for calibration (see ``CALIBRATION_GROUPS``); the others are for
+validation.
 """
 
 from __future__ import annotations
@@ -17,11 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from dynosim.config import DeploymentConfig
 from dynosim.errors import ConfigError
 from dynosim.perf.catalog import model_spec
-from dynosim.perf.deployment import DeploymentPerf
-from dynosim.simulation import Simulation
 from dynosim.types import Request
 
 CALIBRATION_GROUPS = (
@@ -252,33 +250,6 @@ def closed_loop_requests(concurrency: int, n: int, isl: int, osl: int) -> list[R
     ]
 
 
-def row_config(row: SiliconRow, *, max_num_batched_tokens: int = 8192) -> DeploymentConfig:
-    """The deployment a row measured: one replica, batch size per DP rank, no prefix reuse."""
-    data: dict[str, object] = {
-        "model": row.model,
-        "gpu": row.gpu,
-        "backend": row.backend,
-        "dtype": row.dtype,
-        "tp": row.tp,
-        "workers": 1,
-        "engine": {
-            "max_num_seqs": row.batch_size,
-            "max_num_batched_tokens": max(max_num_batched_tokens, row.batch_size),
-            "enable_prefix_caching": False,
-        },
-    }
-    if row.ep != 1:
-        data["ep"] = row.ep
-    if row.moe_tp is not None:
-        data["moe_tp"] = row.moe_tp
-    if row.attention_dp != 1:
-        data["attention_dp"] = row.attention_dp
-    kv = row_kv_dtype(row.backend, row.dtype)
-    if kv is not None:
-        data["kv_cache_dtype"] = kv
-    return DeploymentConfig.from_dict(data)
-
-
 def row_kv_dtype(backend: str, dtype: str) -> str | None:
     """The KV cache dtype a row ran with, when not its dtype's default (None).
 
@@ -287,33 +258,3 @@ def row_kv_dtype(backend: str, dtype: str) -> str | None:
     for fp8).
     """
     return "bf16" if backend in ("vllm", "sglang") and dtype != "bf16" else None
-
-
-@dataclass(frozen=True, slots=True)
-class Replay:
-    """Simulated against measured means for one row."""
-
-    row: SiliconRow
-    ttft_ms: float
-    tpot_ms: float
-
-    @property
-    def ttft_error(self) -> float:
-        """Relative TTFT error (simulated / measured - 1)."""
-        return self.ttft_ms / self.row.ttft_ms - 1.0
-
-    @property
-    def tpot_error(self) -> float:
-        """Relative TPOT error (simulated / measured - 1)."""
-        return self.tpot_ms / self.row.tpot_ms - 1.0
-
-
-def replay(row: SiliconRow, *, rounds: int = 4, perf: DeploymentPerf | None = None) -> Replay:
-    """Run the row's closed-loop benchmark (``rounds`` requests per client) in the simulator.
-
-    ``perf`` replaces the deployment's own performance model (calibration tries overheads).
-    """
-    config = row_config(row)
-    requests = closed_loop_requests(row.concurrency, row.concurrency * rounds, row.isl, row.osl)
-    metrics = Simulation(config, requests, perf=perf).run().metrics
-    return Replay(row, metrics.time_to_first_token.avg, metrics.inter_token_latency.avg)

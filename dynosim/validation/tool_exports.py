@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from dynosim.errors import WorkloadError
-from dynosim.validation.measurements import Measurement
+from dynosim.validation.measurement import Measurement
 
 _AIPERF_CSV_ROWS = {
     "Time to First Token (ms)": "ttft_ms",

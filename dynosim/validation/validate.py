@@ -34,7 +34,7 @@ from dynosim.perf.overhead import NO_OVERHEAD, CalibratedStepTime
 from dynosim.simulation import Simulation
 from dynosim.types import Request
 from dynosim.validation.client_metrics import client_metrics
-from dynosim.validation.measurements import Measurement
+from dynosim.validation.measurement import Measurement
 from dynosim.validation.silicon import closed_loop_requests
 from dynosim.workload.client import BenchmarkClient, client_requests
 

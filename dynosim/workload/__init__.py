@@ -4,17 +4,9 @@ Every function returns requests with ids 0..n-1 in order of position and ``after
 """
 
 from dynosim.workload.client import BenchmarkClient, ClientWorkload, client_requests
-from dynosim.workload.synthetic import (
-    ArrivalSpec,
-    LengthSpec,
-    PrefixSpec,
-    SessionSpec,
-    TraceRef,
-    WorkloadSpec,
-    generate,
-    load_workload_file,
-    parse_workload_file,
-)
+from dynosim.workload.files import TraceRef, load_workload_file, parse_workload_file
+from dynosim.workload.generate import generate
+from dynosim.workload.spec import ArrivalSpec, LengthSpec, PrefixSpec, SessionSpec, WorkloadSpec
 from dynosim.workload.traces import Workload, load_trace, load_trace_workload
 from dynosim.workload.transforms import head, sample, select, speedup, time_slice
 

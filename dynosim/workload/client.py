@@ -35,6 +35,7 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 
+from dynosim.checks import choice, integer
 from dynosim.errors import ConfigError
 from dynosim.types import HASH_BLOCK_TOKENS, Request
 from dynosim.workload.limits import MAX_REQUESTS, MAX_TIME_S, MAX_TOKENS, REQUESTS_WHY
@@ -59,17 +60,16 @@ class BenchmarkClient:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.name not in CLIENTS:
-            raise ConfigError("client.name", self.name, " | ".join(CLIENTS))
-        _int("client.concurrency", self.concurrency, 1, MAX_REQUESTS)
-        _int("client.isl", self.isl, 1, MAX_TOKENS)
-        _int("client.osl", self.osl, 1, MAX_TOKENS)
+        choice("client.name", self.name, CLIENTS)
+        integer("client.concurrency", self.concurrency, 1, MAX_REQUESTS)
+        integer("client.isl", self.isl, 1, MAX_TOKENS)
+        integer("client.osl", self.osl, 1, MAX_TOKENS)
         if self.requests is not None:
-            _int("client.requests", self.requests, 1, MAX_REQUESTS)
+            integer("client.requests", self.requests, 1, MAX_REQUESTS)
         elif self.name == "aiperf":
             raise ConfigError("client.requests", None, "a request count (aiperf --request-count)")
         if self.warmups is not None:
-            _int("client.warmups", self.warmups, 0, MAX_REQUESTS)
+            integer("client.warmups", self.warmups, 0, MAX_REQUESTS)
         if self.range_ratio is not None:
             r = self.range_ratio
             if isinstance(r, bool) or not isinstance(r, int | float) or not 0.0 <= r <= 1.0:
@@ -77,7 +77,7 @@ class BenchmarkClient:
         t = self.ramp_up_s
         if isinstance(t, bool) or not isinstance(t, int | float) or not 0.0 <= t < MAX_TIME_S:
             raise ConfigError("client.ramp_up_s", t, f"a number of seconds in [0, {MAX_TIME_S:g})")
-        _int("client.seed", self.seed, 0, 2**63 - 1)
+        integer("client.seed", self.seed, 0, 2**63 - 1)
         if self.measured + self.warmup_count > MAX_REQUESTS:
             raise ConfigError("client.requests", self.measured, f"with warm-up, {REQUESTS_WHY}")
 
@@ -189,8 +189,3 @@ def _lengths(nominal: int, ratio: float, n: int, rng: np.random.Generator) -> li
     draws = rng.uniform(ratio * nominal, nominal, n)
     out: list[int] = np.maximum(1, np.rint(draws)).astype(np.int64).tolist()
     return out
-
-
-def _int(name: str, value: object, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ConfigError(name, value, f"an integer in [{low}, {high:,}]")

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import math
 
+from dynosim.checks import bound_text, number
+from dynosim.errors import ConfigError
+
 __all__ = [
     "MAX_BLOCK_IDS",
     "MAX_REQUESTS",
@@ -19,6 +22,7 @@ __all__ = [
     "REQUESTS_WHY",
     "TIME_WHY",
     "check_time",
+    "finite_in",
     "finite_number",
 ]
 
@@ -49,6 +53,26 @@ def finite_number(value: object) -> bool:
         return math.isfinite(value)
     except OverflowError:  # an int too large for a float
         return False
+
+
+def finite_in(
+    name: str,
+    value: object,
+    low: float,
+    high: float | None = None,
+    *,
+    open_low: bool = False,
+    open_high: bool = False,
+) -> float:
+    """:func:`dynosim.checks.number`, also refusing an int too large for a float.
+
+    ``checks.number`` would take ``10**400`` for a number above any lower bound and then fail to
+    convert it; here it is refused with the field's message, as :func:`finite_number` refuses it.
+    """
+    if not finite_number(value):
+        allowed = bound_text("a finite number", low, high, open_low=open_low, open_high=open_high)
+        raise ConfigError(name, value, allowed)
+    return number(name, value, low, high, open_low=open_low, open_high=open_high)
 
 
 def check_time(seconds: float) -> bool:

@@ -34,8 +34,9 @@ from typing import Any
 
 from dynosim.errors import WorkloadError
 from dynosim.types import HASH_BLOCK_TOKENS, Request
-from dynosim.workload import transforms
 from dynosim.workload.limits import MAX_REQUESTS, MAX_TIME_S, MAX_TRACE_BYTES, REQUESTS_WHY
+from dynosim.workload.transforms import head
+from dynosim.workload.transforms import speedup as speed_up
 
 __all__ = ["Workload", "load_trace", "load_trace_workload"]
 
@@ -458,7 +459,7 @@ def load_trace_workload(
     """
     requests = load_trace(path)
     if max_requests is not None:
-        requests = transforms.head(requests, max_requests)
+        requests = head(requests, max_requests)
     if speedup != 1.0:
-        requests = transforms.speedup(requests, speedup)
+        requests = speed_up(requests, speedup)
     return Workload(requests=tuple(requests), warmup_requests=0, name=Path(path).stem)

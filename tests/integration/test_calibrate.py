@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from dynosim.perf.calibration import HostCalibration, StepCalibration, load_profile
-from dynosim.validation import calibrate as calibrate_module
 from dynosim.validation.calibrate import FitOptions, calibrate, design, predict
-from dynosim.validation.measurements import Measurement
+from dynosim.validation.calibrate import fit as calibrate_module
+from dynosim.validation.measurement import Measurement
 from dynosim.validation.validate import replay
 from search.cli import main
 
@@ -166,7 +166,7 @@ def test_the_host_cost_in_the_simulated_host_equals_the_added_one_for_one_client
 def test_rows_that_record_a_client_are_replayed_once_for_both_client_models(
     synthetic: list[Measurement], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dynosim.validation import calibrate as cal
+    from dynosim.validation.calibrate import linear as cal
 
     rows = synthetic[:2] + [dataclasses.replace(m, client="vllm-bench") for m in synthetic[2:4]]
     first = design(rows, rounds=2)

@@ -11,7 +11,8 @@ import pytest
 
 from dynosim.errors import WorkloadError
 from dynosim.perf.calibration import HostCalibration
-from dynosim.validation.measurements import Measurement, read_measurements
+from dynosim.validation.measurement import Measurement
+from dynosim.validation.measurements import read_measurements
 from dynosim.validation.validate import replay, validate
 from search.cli import main
 
@@ -106,7 +107,7 @@ def test_cli_writes_the_groups_json(tmp_path: Path) -> None:
 
 
 def test_inferencex_rows_take_their_recipe_flags() -> None:
-    from dynosim.validation.measurements import Measurement
+    from dynosim.validation.measurement import Measurement
     from dynosim.validation.validate import row_config
 
     base: dict[str, Any] = {

@@ -1,0 +1,331 @@
+"""Least-squares fits of the linear model, per backend, and of the host's streaming cost.
+
+:func:`fit_theta` fits ``theta`` on some rows of a :class:`~.linear.Design` (the step terms and
+the host delays, per measurement file when it is big enough: :data:`SOURCE_HOST_ROWS`);
+:func:`fit_backend` fits all rows and leaves each configuration out in turn; :func:`fit_host`
+adds the host's streaming cost per output token, which is not linear and is found by
+re-simulating on a grid (:data:`STREAMING_GRID_US`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+from scipy.optimize import least_squares
+
+from dynosim.perf.calibration import BackendCalibration, HostCalibration
+from dynosim.validation.calibrate.linear import F64, PARAMS, Design, host_matrix, predict
+from dynosim.validation.measurement import Measurement
+from dynosim.validation.validate import replay
+
+__all__ = [
+    "SOURCE_HOST_ROWS",
+    "STREAMING_GAIN",
+    "STREAMING_GRID_US",
+    "BackendFit",
+    "FitOptions",
+    "fit_backend",
+    "fit_host",
+    "fit_theta",
+]
+
+FACTOR_PRIOR = {3: 0.0, 4: 1.0}
+"""What the prior pulls the kernel-factor parameters to: prefill = decode = 1."""
+
+
+@dataclass(frozen=True, slots=True)
+class FitOptions:
+    """What the fit may move and how it weighs the metrics.
+
+    Attributes:
+        fit_factors: Fit the per-phase kernel factors (else they stay 1).
+        fit_host: Fit the host per-request cost (else it stays 0).
+        ttft_weight: Weight of the TTFT equations (TPOT has 1).
+        factor_prior: Weight of the prior ``factor = 1`` (one pseudo-equation per factor).
+        fit_streaming: Also fit the host's streaming cost per output token
+            (:func:`fit_host`; only with ``fit_host``).
+        source_hosts: Fit host delays per measurement file (:func:`fit_host`; only with
+            ``fit_host``).
+    """
+
+    fit_factors: bool = True
+    fit_host: bool = True
+    ttft_weight: float = 1.0
+    factor_prior: float = 3.0
+    fit_streaming: bool = True
+    source_hosts: bool = True
+
+
+def fit_theta(
+    d: Design, idx: npt.NDArray[np.intp], opts: FitOptions, own: Sequence[str] = ()
+) -> F64:
+    """Least-squares parameters on the rows ``idx`` of ``d`` (see the module docstring).
+
+    With ``own`` sources (:func:`host_matrix`) the result has their host delays after the
+    backend's. The backend's are what to expect of a file not fitted on: fitted on the rows of
+    no own source when they are :data:`SOURCE_HOST_ROWS` or more, else refitted on all rows of
+    ``idx`` (:func:`_host_delays`, with the step terms fitted): a few rows of small files say
+    less about that than every file together.
+    """
+    n_params = len(PARAMS) + 2 * len(own)
+    free = np.ones(n_params, dtype=bool)
+    if not opts.fit_factors:
+        free[[3, 4]] = False
+    if not opts.fit_host:
+        free[5:] = False
+    fixed = np.zeros(n_params)
+    fixed[4] = 1.0
+    att = host_matrix(d, own)
+    at = att[idx] / d.measured_ttft[idx, None]
+    ap = np.zeros((len(idx), n_params))
+    ap[:, : len(PARAMS)] = d.tpot[idx] / d.measured_tpot[idx, None]
+    a = np.vstack([opts.ttft_weight * at, ap])
+    b = np.concatenate([np.full(len(idx), opts.ttft_weight), np.ones(len(idx))])
+    n = max(len(idx), 1)
+    prior_rows, prior_b = [], []
+    for k in (3, 4):
+        if free[k]:
+            row = np.zeros(n_params)
+            row[k] = opts.factor_prior * math.sqrt(n) / math.sqrt(len(PARAMS))
+            prior_rows.append(row)
+            prior_b.append(row[k] * FACTOR_PRIOR[k])
+    if prior_rows:
+        a = np.vstack([a, np.array(prior_rows)])
+        b = np.concatenate([b, np.array(prior_b)])
+    b = b - a[:, ~free] @ fixed[~free]
+    a_free = a[:, free]
+    # Solve for z = theta * scale, whose columns have comparable size (us and factors mix).
+    scale = np.maximum(np.abs(a_free).max(axis=0), 1e-12)
+    a_scaled = a_free / scale
+    res = least_squares(
+        lambda z: a_scaled @ z - b,
+        x0=(fixed[free] + 0.1) * scale,
+        jac=lambda z: a_scaled,
+        bounds=(0.0, np.inf),
+        loss="soft_l1",
+        f_scale=0.1,
+        method="trf",
+    )
+    theta = fixed.copy()
+    theta[free] = res.x / scale
+    rest = np.abs(att[idx, 5:7]).any(axis=1).sum()
+    if own and opts.fit_host and rest < SOURCE_HOST_ROWS:
+        engine = att[idx] @ theta - att[idx, 5:] @ theta[5:]
+        theta[5:7] = _host_delays(engine, d.ttft[idx, 6] * 1e3, d.measured_ttft[idx],
+                                  opts.ttft_weight)  # fmt: skip
+    return theta
+
+
+@dataclass(slots=True)
+class BackendFit:
+    """The fit of one backend: parameters, in-sample and held-out predictions."""
+
+    backend: str
+    design: Design
+    theta: F64  # PARAMS, then the host delays of each source of ``own``
+    before: F64  # parameters of the starting profile
+    loo_ttft: F64
+    loo_tpot: F64
+    output_token_us: float = 0.0  # the host's streaming cost (fitted by :func:`fit_host`)
+    own: list[str] = field(default_factory=list)  # sources with host delays of their own
+
+    @property
+    def source_hosts(self) -> dict[str, tuple[float, float]]:
+        """Each own source's host delays ``(request_us, input_token_us)``."""
+        n = len(PARAMS)
+        return {s: (float(self.theta[n + 2 * j]), float(self.theta[n + 2 * j + 1]))
+                for j, s in enumerate(self.own)}  # fmt: skip
+
+    def fitted(self) -> tuple[F64, F64]:
+        """In-sample (TTFT, TPOT) of the linear model (without the streaming cost)."""
+        return predict(self.design, self.theta, self.own)
+
+    def held_out_error(self) -> float:
+        """Mean absolute relative error of the held-out TTFT plus that of the held-out TPOT."""
+        t = np.abs(self.loo_ttft / self.design.measured_ttft - 1.0)
+        p = np.abs(self.loo_tpot / self.design.measured_tpot - 1.0)
+        return float(t.mean() + p.mean()) if t.size else math.inf
+
+    def sigma(self) -> dict[str, float]:
+        """Spread of log(held-out prediction / measured) per metric."""
+        out = {}
+        for name, pred, real in (("ttft", self.loo_ttft, self.design.measured_ttft),
+                                 ("tpot", self.loo_tpot, self.design.measured_tpot)):  # fmt: skip
+            ok = (pred > 0) & (real > 0)
+            out[name] = round(float(np.std(np.log(pred[ok] / real[ok]))), 4) if ok.any() else 0.0
+        return out
+
+
+def _configurations(d: Design) -> Iterator[npt.NDArray[np.bool_]]:
+    """The rows of each configuration of ``d`` (leave-one-configuration-out), in sorted order."""
+    configs = [d.configuration(m) for m in d.rows]
+    for c in sorted(set(configs)):
+        yield np.array([k == c for k in configs])
+
+
+def fit_backend(d: Design, backend: str, before: F64, opts: FitOptions) -> BackendFit:
+    """Fit on all rows of ``d``, and leave each configuration out in turn.
+
+    With ``opts.source_hosts`` each big enough measurement file of rows that record no client
+    (:func:`_own_sources`) has host delays of its own: the TTFT floor a harness adds (its
+    HTTP client, where it tokenises, what it counts) is the campaign's, as its client is.
+    """
+    own = _own_sources(d.rows) if opts.source_hosts and opts.fit_host else []
+    all_idx = np.arange(len(d.rows))
+    theta = fit_theta(d, all_idx, opts, own)
+    loo_t, loo_p = np.empty(len(d.rows)), np.empty(len(d.rows))
+    pt, pp = predict(d, theta, own)
+    for out in _configurations(d):
+        if out.all():  # one configuration only: nothing to hold out against
+            loo_t[out], loo_p[out] = pt[out], pp[out]
+            continue
+        th = fit_theta(d, all_idx[~out], opts, own)
+        t, p = predict(d, th, own)
+        loo_t[out], loo_p[out] = t[out], p[out]
+    return BackendFit(backend, d, theta, before, loo_t, loo_p, own=own)
+
+
+STREAMING_GRID_US = (0.0, 30.0, 60.0, 75.0, 90.0, 105.0, 120.0, 150.0)
+"""Streaming costs per output token :func:`fit_streaming` tries (microseconds of one process;
+the module docstring of :mod:`dynosim.host` has the published figures, 60-100 us)."""
+STREAMING_GAIN = 0.005
+"""How much smaller (TTFT + TPOT mean absolute relative error) a streaming cost must make the
+fit to be kept: rows whose token rates never load the host leave it unidentified at 0."""
+
+
+def _host_delays(engine_ttft: F64, isl: F64, measured: F64, weight: float) -> tuple[float, float]:
+    """The per-request host delay ``(request_us, input_token_us)`` that best fits the TTFT.
+
+    It is added to the simulated ``engine_ttft`` (ms, per row of mean prompt ``isl``) to
+    give ``measured``; the same robust least squares as :func:`fit_theta`, on the two host
+    columns alone.
+    """
+    a = np.column_stack([np.full_like(isl, 1e-3), isl * 1e-3]) / measured[:, None] * weight
+    b = (1.0 - engine_ttft / measured) * weight
+    scale = np.maximum(np.abs(a).max(axis=0), 1e-12)
+    res = least_squares(lambda z: (a / scale) @ z - b, x0=np.full(2, 0.1), bounds=(0.0, np.inf),
+                        loss="soft_l1", f_scale=0.1, method="trf")  # fmt: skip
+    r, per_token = res.x / scale
+    return float(r), float(per_token)
+
+
+SOURCE_HOST_ROWS = 24
+"""A measurement file gets host delays of its own (:func:`fit_host`) when the fit has at least
+this many of its rows, from two configurations or more (so that one can be held out)."""
+
+
+def _own_sources(rows: Sequence[Measurement]) -> list[str]:
+    """The sources of rows that record no client big enough for host delays of their own."""
+    configs: dict[str, set[tuple[str, str, str, int]]] = defaultdict(set)
+    counts: dict[str, int] = defaultdict(int)
+    for m in rows:
+        if m.client is None:
+            configs[m.source].add((m.model, m.gpu, m.backend, m.tp))
+            counts[m.source] += 1
+    return sorted(s for s in counts if counts[s] >= SOURCE_HOST_ROWS and len(configs[s]) > 1)
+
+
+def _delays(
+    t: F64,
+    isl: F64,
+    real: F64,
+    sources: list[str | None],
+    own: list[str],
+    keep: npt.NDArray[np.bool_],
+    weight: float,
+) -> tuple[F64, F64]:
+    """Host delays fitted on the rows ``keep``, as :func:`fit_theta` fits them.
+
+    Returns the delay of every row (ms) and the delays in the order of ``theta[5:]``: the
+    backend's (from the rows of no own source, or all of ``keep`` when they are fewer than
+    :data:`SOURCE_HOST_ROWS`), then each own source's.
+    """
+    src = np.array([s or "" for s in sources], dtype=object)
+    theirs = np.isin(src, own) if own else np.zeros(len(src), dtype=bool)
+    rest = keep & ~theirs
+    base = rest if rest.sum() >= SOURCE_HOST_ROWS or not own else keep
+    pairs = [_host_delays(t[base], isl[base], real[base], weight)]
+    for s in own:
+        idx = keep & (src == s)
+        pairs.append(_host_delays(t[idx], isl[idx], real[idx], weight) if idx.any() else pairs[0])
+    where = {s: j + 1 for j, s in enumerate(own)}
+    per_row = np.array([pairs[where.get(s or "", 0)] for s in sources]).reshape(-1, 2)
+    delay = (per_row[:, 0] + per_row[:, 1] * isl) * 1e-3
+    return delay, np.array(pairs).ravel()
+
+
+def fit_host(
+    f: BackendFit,
+    cal: BackendCalibration,
+    *,
+    rounds: int = 4,
+    timing: str = "aic",
+    opts: FitOptions | None = None,
+    grid: Sequence[float] = STREAMING_GRID_US,
+    progress: Callable[[int, int], None] | None = None,
+) -> BackendFit:
+    """The host's streaming cost per output token.
+
+    A server streams every output token through its own process (one by default: vLLM's API
+    server, SGLang's tokenizer manager, ``trtllm-serve`` without post-processing workers). At
+    high token rates that process saturates and every token waits behind the others, which in a
+    closed loop holds back the next requests: TTFT grows far beyond the engine's, TPOT follows
+    the process's pace. That is not linear in any parameter, so it is fitted outside the
+    design: with the fitted step calibration, each row (of the own sources ``f.own``, whose
+    cost it becomes: the server build is the campaign's; without own sources every row, for the
+    backend) is simulated at every cost of ``grid`` (the host's queue in the simulation,
+    :mod:`dynosim.host`), the per-request delays (the backend's and each own source's,
+    ``f.own``) are refitted to the TTFT so obtained (:func:`_delays`), and the cost whose TTFT
+    + TPOT mean absolute relative error is smallest is kept if it beats 0 by
+    :data:`STREAMING_GAIN` (``opts.fit_streaming`` off: ``f`` as it is). The held-out
+    predictions move by what the streaming and the delays change in each row, the delays
+    refitted without the row's configuration.
+    """
+    opts = opts or FitOptions()
+    d = f.design
+    isl = d.ttft[:, 6] * 1e3
+    real_t, real_p = d.measured_ttft, d.measured_tpot
+    sources: list[str | None] = [m.source if m.client is None else None for m in d.rows]
+    everything = np.ones(len(d.rows), dtype=bool)
+    costs = [a for a in grid if a == 0.0 or opts.fit_streaming]
+    if len(costs) < 2:
+        return f
+    streamed = [s in f.own for s in sources] if f.own else [True] * len(d.rows)
+    runs: dict[float, tuple[F64, F64, float]] = {}
+    for k, a in enumerate(costs):
+        t, p = np.empty(len(d.rows)), np.empty(len(d.rows))
+        for i, m in enumerate(d.rows):
+            stream = HostCalibration(output_token_us=a if streamed[i] else 0.0)
+            r = replay(m, rounds=rounds, timing=timing, step=cal.step, host=stream,
+                       unrecorded_client=cal.client_for(m.source))  # fmt: skip
+            t[i], p[i] = r.ttft_ms, r.tpot_ms
+        if progress is not None:
+            progress(k + 1, len(costs))
+        if not (np.isfinite(t).all() and np.isfinite(p).all()):
+            continue
+        delay, _ = _delays(t, isl, real_t, sources, f.own, everything, opts.ttft_weight)
+        error = float(np.abs((t + delay) / real_t - 1).mean() + np.abs(p / real_p - 1).mean())
+        runs[a] = (t, p, error)
+    if 0.0 not in runs:
+        return f
+    best = min(runs, key=lambda a: runs[a][2])
+    if best == 0.0 or runs[best][2] > runs[0.0][2] - STREAMING_GAIN:
+        return f
+    t, p, _ = runs[best]
+    t0, p0, _ = runs[0.0]
+    theta = f.theta.copy()
+    linear_host = host_matrix(d, f.own)[:, 5:] @ theta[5:]
+    _, theta[5:] = _delays(t, isl, real_t, sources, f.own, everything, opts.ttft_weight)
+    loo_delay = np.empty(len(d.rows))
+    for out in _configurations(d):
+        keep = ~out if (~out).any() else everything
+        delay, _ = _delays(t, isl, real_t, sources, f.own, keep, opts.ttft_weight)
+        loo_delay[out] = delay[out]
+    loo_t = f.loo_ttft - linear_host + (t - t0) + loo_delay
+    return BackendFit(f.backend, d, theta, f.before, loo_t, f.loo_tpot + (p - p0),
+                      output_token_us=best, own=f.own)  # fmt: skip

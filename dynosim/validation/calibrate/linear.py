@@ -1,0 +1,190 @@
+"""The linear model of one backend's rows: the probes, the design matrices, predictions.
+
+Each row's mean TTFT and TPOT are linear in the parameters ``theta`` (:data:`PARAMS`; the
+package docstring of :mod:`dynosim.validation.calibrate` says why): :func:`design` replays each
+row once per probe (:data:`PROBES`) to build the matrices, :func:`predict` applies a
+``theta``, and :func:`theta_calibration` / :func:`calibration_theta` convert between ``theta``
+and a profile's step and host calibrations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from dynosim.perf.calibration import BackendCalibration, HostCalibration, StepCalibration
+from dynosim.validation.measurement import Measurement
+from dynosim.validation.validate import assume_client, replay, row_requests
+
+__all__ = [
+    "PARAMS",
+    "PROBES",
+    "Design",
+    "calibration_theta",
+    "design",
+    "host_matrix",
+    "predict",
+    "theta_calibration",
+]
+
+F64 = npt.NDArray[np.float64]
+PARAMS = ("base_us", "per_request_us", "per_token_us", "prefill_over_decode", "decode",
+          "request_us", "input_token_us")  # fmt: skip
+# One probe per step term: the step calibration, and the parameter value it stands for.
+PROBES: tuple[tuple[StepCalibration, float], ...] = (
+    (StepCalibration(base_us=1000.0, prefill=0.0, decode=0.0), 1000.0),
+    (StepCalibration(per_request_us=100.0, prefill=0.0, decode=0.0), 100.0),
+    (StepCalibration(per_token_us=10.0, prefill=0.0, decode=0.0), 10.0),
+    (StepCalibration(prefill=10.0, decode=0.0), 10.0),
+    (StepCalibration(prefill=10.0, decode=10.0), 10.0),
+)
+# A step whose probed term is zero still lasts 1 us (the protocol's floor); probes large against
+# that floor (10x the kernel time, 1 ms per step...) keep its trace below 1e-4 of a metric.
+_NO_HOST = HostCalibration()
+
+
+@dataclass(slots=True)
+class Design:
+    """The linear model of the replayable rows of one backend."""
+
+    rows: list[Measurement]
+    ttft: F64  # (rows, params): mean TTFT in ms per unit of each parameter
+    tpot: F64
+    refused: list[tuple[Measurement, str]] = field(default_factory=list)
+
+    @property
+    def measured_ttft(self) -> F64:
+        """Measured mean TTFT of each row (ms)."""
+        return np.array([m.ttft_ms for m in self.rows])
+
+    @property
+    def measured_tpot(self) -> F64:
+        """Measured mean TPOT of each row (ms)."""
+        return np.array([m.tpot_ms for m in self.rows])
+
+    def configuration(self, m: Measurement) -> tuple[str, str, str, int]:
+        """The configuration a row belongs to: (model, GPU, backend, TP)."""
+        return (m.model, m.gpu, m.backend, m.tp)
+
+
+def design(
+    rows: Sequence[Measurement],
+    *,
+    rounds: int = 4,
+    timing: str = "aic",
+    progress: Callable[[int, int], None] | None = None,
+    unrecorded_client: str = "closed-loop",
+    reuse: Design | None = None,
+) -> Design:
+    """Replay each row once per probe and build the design matrices (one backend's rows).
+
+    Rows that record no client are replayed as ``unrecorded_client``. Rows that do record one
+    replay the same whatever ``unrecorded_client`` is: with ``reuse`` (a design of the same
+    rows for another client model) theirs are taken from it instead of replayed again.
+    """
+    done: dict[int, tuple[list[float], list[float], str | None]] = {}
+    if reuse is not None:
+        done = {id(m): (list(t), list(p), None)
+                for m, t, p in zip(reuse.rows, reuse.ttft, reuse.tpot, strict=True)}  # fmt: skip
+        done |= {id(m): ([], [], why) for m, why in reuse.refused}
+    kept: list[Measurement] = []
+    refused: list[tuple[Measurement, str]] = []
+    ttft_rows: list[list[float]] = []
+    tpot_rows: list[list[float]] = []
+    for i, m in enumerate(rows):
+        if m.client is not None and id(m) in done:
+            t_row, p_row, why = done[id(m)]
+            if why is not None:
+                refused.append((m, why))
+            else:
+                kept.append(m)
+                ttft_rows.append(t_row)
+                tpot_rows.append(p_row)
+            if progress is not None:
+                progress(i + 1, len(rows))
+            continue
+        t_row, p_row, why = [], [], None
+        if m.pools is not None:  # its schedule moves with the KV transfers: not linear
+            refused.append((m, "disaggregated rows are validated, not fitted"))
+            if progress is not None:
+                progress(i + 1, len(rows))
+            continue
+        for probe, unit in PROBES:
+            r = replay(m, rounds=rounds, timing=timing, step=probe, host=_NO_HOST,
+                       unrecorded_client=unrecorded_client)  # fmt: skip
+            if r.refused is not None:
+                why = r.refused
+                break
+            t_row.append(r.ttft_ms / unit)
+            p_row.append(r.tpot_ms / unit)
+        if progress is not None:
+            progress(i + 1, len(rows))
+        if why is not None:
+            refused.append((m, why))
+            continue
+        requests, warmup = row_requests(assume_client(m, unrecorded_client), rounds)
+        measured = requests[warmup:]
+        isl = float(np.mean([q.input_tokens for q in measured])) if measured else float(m.isl)
+        t_row += [1e-3, isl * 1e-3]  # host: us -> ms
+        p_row += [0.0, 0.0]
+        kept.append(m)
+        ttft_rows.append(t_row)
+        tpot_rows.append(p_row)
+    shape = (len(kept), len(PARAMS))
+    return Design(
+        rows=kept,
+        ttft=np.array(ttft_rows, dtype=np.float64).reshape(shape),
+        tpot=np.array(tpot_rows, dtype=np.float64).reshape(shape),
+        refused=refused,
+    )
+
+
+def host_matrix(d: Design, own: Sequence[str] = ()) -> F64:
+    """The TTFT design with a pair of host columns per source of ``own``.
+
+    A row of such a source that records no client has its host columns (request, input
+    tokens) moved from the backend's pair to its source's, which follow :data:`PARAMS` in
+    the order of ``own``.
+    """
+    a = np.zeros((len(d.rows), len(PARAMS) + 2 * len(own)))
+    a[:, : len(PARAMS)] = d.ttft
+    pos = {s: len(PARAMS) + 2 * j for j, s in enumerate(own)}
+    for i, m in enumerate(d.rows):
+        j = pos.get(m.source) if m.client is None else None
+        if j is not None:
+            a[i, j : j + 2] = a[i, 5:7]
+            a[i, 5:7] = 0.0
+    return a
+
+
+def predict(d: Design, theta: F64, own: Sequence[str] = ()) -> tuple[F64, F64]:
+    """Predicted (TTFT, TPOT) in ms of every row of ``d`` with parameters ``theta``.
+
+    ``theta`` has the host delays of each source of ``own`` after :data:`PARAMS`'s.
+    """
+    return host_matrix(d, own) @ theta, d.tpot @ theta[: len(PARAMS)]
+
+
+def theta_calibration(theta: F64) -> tuple[StepCalibration, HostCalibration]:
+    """The step and host calibrations of a parameter vector (rounded for the profile)."""
+    step = StepCalibration(
+        base_us=round(float(theta[0]), 2),
+        per_request_us=round(float(theta[1]), 3),
+        per_token_us=round(float(theta[2]), 4),
+        prefill=round(float(theta[3] + theta[4]), 4),
+        decode=round(float(theta[4]), 4),
+    )
+    host = HostCalibration(
+        request_us=round(float(theta[5]), 1), input_token_us=round(float(theta[6]), 3)
+    )
+    return step, host
+
+
+def calibration_theta(cal: BackendCalibration) -> F64:
+    """The parameter vector of a backend calibration."""
+    s, h = cal.step, cal.host
+    return np.array([s.base_us, s.per_request_us, s.per_token_us, s.prefill - s.decode,
+                     s.decode, h.request_us, h.input_token_us], dtype=np.float64)  # fmt: skip
