@@ -6,6 +6,7 @@
 from dynosim.config import DeploymentConfig, EngineConfig, KVRouterConfig, SLOConfig
 from dynosim.errors import ConfigError, DynosimError, InfeasibleError, WorkloadError
 from dynosim.metrics import Metrics, Stat
+from dynosim.moved import install
 from dynosim.simulation import SimResult, Simulation, simulate
 from dynosim.types import Request
 
@@ -25,3 +26,11 @@ __all__ = [
     "WorkloadError",
     "simulate",
 ]
+
+install(
+    {
+        "dynosim.workload.synthetic": "dynosim.workload (WorkloadSpec and its parts in "
+        "dynosim.workload.spec, generate in dynosim.workload.generate, workload files in "
+        "dynosim.workload.files)",
+    }
+)

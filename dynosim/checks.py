@@ -40,10 +40,13 @@ def _fmt(x: float) -> str:
 
 
 def is_number(value: object) -> bool:
-    """True for an int or a finite float (never a bool, NaN or an infinity)."""
+    """True for an int a float can hold or a finite float (never a bool, NaN or an infinity)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
-    return isinstance(value, int) or math.isfinite(value)
+    try:
+        return math.isfinite(value)  # an int beyond the float range raises OverflowError
+    except OverflowError:
+        return False
 
 
 def integer(

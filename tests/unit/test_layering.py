@@ -89,18 +89,8 @@ def test_the_check_catches_an_upward_import() -> None:
     assert violations("dynosim.simulation", {"dynosim.cluster.pool", "dynosim.perf.aic"}) == []
 
 
-# Cycles the dynosim splits of issue 22 remove (validation's measurement leaf; workload/traces
-# importing workload.transforms directly): empty this list once they are merged.
-KNOWN_CYCLES = (
-    ["dynosim.validation.measurements", "dynosim.validation.tool_exports"],
-    ["dynosim.workload", "dynosim.workload.client", "dynosim.workload.synthetic",
-     "dynosim.workload.traces"],
-)  # fmt: skip
-
-
 def test_no_import_cycle_in_dynosim() -> None:
-    found = cycles(import_graph(package_modules(ROOT, "dynosim")))
-    assert [c for c in found if c not in KNOWN_CYCLES] == []
+    assert cycles(import_graph(package_modules(ROOT, "dynosim"))) == []
 
 
 def test_the_cycle_check_catches_a_lazy_two_module_cycle(tmp_path: Path) -> None:
@@ -110,3 +100,10 @@ def test_the_cycle_check_catches_a_lazy_two_module_cycle(tmp_path: Path) -> None
     (pkg / "a.py").write_text("import pkg.b\n")
     (pkg / "b.py").write_text("def g():\n    from pkg import a\n\n    return a\n")
     assert cycles(import_graph(package_modules(tmp_path, "pkg"))) == [["pkg.a", "pkg.b"]]
+
+
+def test_a_moved_module_names_its_new_place() -> None:
+    import importlib
+
+    with pytest.raises(ModuleNotFoundError, match="synthetic has moved: use dynosim.workload"):
+        importlib.import_module("dynosim.workload.synthetic")

@@ -144,12 +144,28 @@ def test_unmeasured_expert_splits_are_timed_as_expert_parallelism_on_the_same_gp
 
 def test_the_expert_parallel_proxy_is_closer_to_the_measurements_than_hybrid_alone() -> None:
     """The calibration group this rule was chosen on: gpt-oss-120b / b200_sxm / trtllm, TP 2."""
-    from dynosim.validation.silicon import SiliconRow, agg_rows, replay
+    from dataclasses import replace
 
-    rows = [r for r in agg_rows() if isinstance(r, SiliconRow) and r.model == "openai/gpt-oss-120b"
-            and r.gpu == "b200_sxm" and r.backend == "trtllm" and r.tp == 2]  # fmt: skip
+    from dynosim.perf.calibration import HostCalibration
+    from dynosim.validation.measurements import read_measurements
+    from dynosim.validation.silicon import silicon_csv
+    from dynosim.validation.validate import replay
+
+    rows = [m for m in read_measurements(silicon_csv()) if m.mode == "agg" and m.refused is None
+            and m.model == "openai/gpt-oss-120b" and m.gpu == "b200_sxm"
+            and m.backend == "trtllm" and m.tp == 2]  # fmt: skip
     assert len(rows) >= 20
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", EstimatedTimingWarning)
-        errors = [abs(replay(r, rounds=2).tpot_error) for r in rows[::7]]
+        errors = [
+            abs(
+                replay(
+                    replace(r, client=None),
+                    rounds=2,
+                    host=HostCalibration(),
+                    unrecorded_client="closed-loop",
+                ).error("tpot")
+            )
+            for r in rows[::7]
+        ]
     assert max(errors) < 0.35  # plain HYBRID estimates were 60-130% off on these rows
