@@ -105,5 +105,5 @@ def test_the_cycle_check_catches_a_lazy_two_module_cycle(tmp_path: Path) -> None
 def test_a_moved_module_names_its_new_place() -> None:
     import importlib
 
-    with pytest.raises(ModuleNotFoundError, match="synthetic has moved: use dynosim.workload"):
+    with pytest.raises(ModuleNotFoundError, match=r"synthetic has moved: use dynosim\.workload"):
         importlib.import_module("dynosim.workload.synthetic")
