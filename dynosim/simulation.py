@@ -60,7 +60,7 @@ from dynosim.metrics import (
 from dynosim.perf.speculative import extra_blocks, verify_steps
 from dynosim.router import make_router
 from dynosim.slo_monitor import MonitorState, SLOMonitor
-from dynosim.timer import schedule_timer
+from dynosim.timer import Timer
 from dynosim.types import HASH_BLOCK_TOKENS, Request
 from dynosim.workload.limits import MAX_TIME_S
 
@@ -236,10 +236,10 @@ class Simulation:
     def _schedule_dispatch(self, at_us: int) -> None:
         self._dispatch_at = at_us
         self._dispatch_version += 1
-        schedule_timer(self.env, at_us, self._dispatch_version, self._on_dispatch, NORMAL)
+        Timer(self.env, at_us, self._dispatch_version, self._on_dispatch, NORMAL)
 
-    def _on_dispatch(self, ev: simpy.Event) -> None:
-        if ev._value != self._dispatch_version:
+    def _on_dispatch(self, ev: Timer) -> None:
+        if ev.version != self._dispatch_version:
             return
         now = int(self.env.now)
         heap = self._heap
@@ -368,7 +368,7 @@ class Simulation:
         self._state[rid] = rr
         arrive = self.links.reserve(w.index, now, remote)
         self._transfer_us[rid] = arrive - now
-        schedule_timer(self.env, arrive, rid, self._on_transferred, NORMAL)
+        Timer(self.env, arrive, rid, self._on_transferred, NORMAL)
 
     def _commit(self, rid: int, w: EngineWorker) -> None:
         """Assign decode worker ``w`` to remote request ``rid``; it counts there from now."""
@@ -376,8 +376,8 @@ class Simulation:
         w.incoming += 1
         w.incoming_blocks += -(-self.requests[rid].input_tokens // w.block_size)
 
-    def _on_transferred(self, ev: simpy.Event) -> None:
-        rid = ev._value
+    def _on_transferred(self, ev: Timer) -> None:
+        rid = ev.version
         rr = self._state[rid]
         assert rr is not None
         assert self.links is not None
@@ -418,7 +418,7 @@ class Simulation:
             self._push(max(now + _us(f.delay_s / k), _us(f.arrival_s / k)), fid)
 
     # ---------------------------------------------------------- observation tick
-    def _on_plan_tick(self, ev: simpy.Event) -> None:
+    def _on_plan_tick(self, ev: Timer) -> None:
         """The planner's sample, and its decision when one is due."""
         now = int(self.env.now)
         win = self._window
@@ -434,16 +434,16 @@ class Simulation:
             self._window = Window(start_us=now)
             self._next_adjust = now + self._adjust_us
         if self._open > 0:
-            schedule_timer(self.env, now + self._plan_us, 0, self._on_plan_tick, _TICK)
+            Timer(self.env, now + self._plan_us, 0, self._on_plan_tick, _TICK)
 
-    def _on_sample_tick(self, ev: simpy.Event) -> None:
+    def _on_sample_tick(self, ev: Timer) -> None:
         """A timeline sample."""
         now = int(self.env.now)
         for name, pool in self.pools.items():
             self._samples[name].append(sample(pool, now))
         if self._open > 0:
             assert self._sample_us is not None
-            schedule_timer(self.env, now + self._sample_us, 0, self._on_sample_tick, _TICK)
+            Timer(self.env, now + self._sample_us, 0, self._on_sample_tick, _TICK)
 
     # ---------------------------------------------------------------------- run
     def run(self, *, warmup_requests: int = 0, stop: SLOMonitor | None = None) -> SimResult:
@@ -470,9 +470,9 @@ class Simulation:
             self._schedule_dispatch(self._heap[0][0])
         if self._plan_us is not None and self._open > 0:
             self._next_adjust = self._adjust_us
-            schedule_timer(self.env, 0, 0, self._on_plan_tick, _TICK)
+            Timer(self.env, 0, 0, self._on_plan_tick, _TICK)
         if self._sample_us is not None and self._open > 0:
-            schedule_timer(self.env, 0, 0, self._on_sample_tick, _TICK)
+            Timer(self.env, 0, 0, self._on_sample_tick, _TICK)
         self.env.run()
         wall = time.perf_counter() - start
         records = self._records()

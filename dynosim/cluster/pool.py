@@ -20,7 +20,7 @@ from dynosim.engine.policies import VllmWorker
 from dynosim.engine.state import RunningRequest
 from dynosim.engine.worker import EngineWorker, FinishCallback, TokensCallback
 from dynosim.router import Router
-from dynosim.timer import schedule_timer
+from dynosim.timer import Timer
 
 if TYPE_CHECKING:
     from dynosim.perf.deployment import DeploymentPerf
@@ -105,7 +105,7 @@ class WorkerPool:
             self._activate(w)
         else:
             self.starting[w.index] = w
-            schedule_timer(self.env, now_us + startup_us, w.index, self._on_ready, NORMAL)
+            Timer(self.env, now_us + startup_us, w.index, self._on_ready, NORMAL)
         return w
 
     def remove(self, now_us: int) -> EngineWorker | None:
@@ -157,8 +157,8 @@ class WorkerPool:
         for w in self.workers:
             w.on_tokens = callback
 
-    def _on_ready(self, ev: simpy.Event) -> None:
-        w = self.starting.pop(ev._value, None)
+    def _on_ready(self, ev: Timer) -> None:
+        w = self.starting.pop(ev.version, None)
         if w is not None:  # not cancelled meanwhile
             self._activate(w)
 
