@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from dynosim.cluster.pool import WorkerPool
 from dynosim.config import PlannerConfig, PoolName, SLOConfig
+from dynosim.types import Request
 
 
 @dataclass(slots=True)
@@ -43,6 +44,20 @@ class Window:
     ttft_us: int = 0
     decoded: int = 0  # requests with more than one output token among the finished
     itl_us: float = 0.0
+
+    def on_arrival(self, req: Request) -> None:
+        """Count an arrival: the traffic the planner sees."""
+        self.arrivals += 1
+        self.input_tokens += req.input_tokens
+        self.output_tokens += req.output_tokens
+
+    def on_finish(self, req: Request, arrival_us: int, first_us: int, finish_us: int) -> None:
+        """Count a completion: the latencies the planner sees (as the client saw the tokens)."""
+        self.finished += 1
+        self.ttft_us += first_us - arrival_us
+        if req.output_tokens > 1:
+            self.decoded += 1
+            self.itl_us += (finish_us - first_us) / (req.output_tokens - 1)
 
 
 def sample(pool: WorkerPool, now_us: int) -> PoolSample:
