@@ -9,6 +9,7 @@ turns them into :class:`~dynosim.metrics.RequestRecords`, the pools' figures and
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -25,12 +26,13 @@ from dynosim.metrics import (
     RunFacts,
     Stat,
     measured,
+    summarize,
 )
 
 if TYPE_CHECKING:
     from dynosim.cluster.planner import PoolSample
     from dynosim.cluster.pool import WorkerPool
-    from dynosim.config import PoolName
+    from dynosim.config import DeploymentConfig, PoolName
     from dynosim.engine.state import RunningRequest
     from dynosim.host import Host
     from dynosim.types import Request
@@ -63,6 +65,8 @@ class Recorder:
         transfer_us: How long its KV took to reach the decode worker (link queueing included).
         state: Its leg on ``worker``, as the engine saw it.
         prefill_state: Its prefill leg (disaggregated serving).
+        rejections: Why each rejected request was rejected.
+        kv_bytes_received: KV bytes that reached the decode workers.
         samples: Per pool, the timeline's samples.
     """
 
@@ -83,7 +87,74 @@ class Recorder:
         self.transfer_us = np.zeros(n, dtype=np.int64)
         self.state: list[RunningRequest | None] = [None] * n
         self.prefill_state: list[RunningRequest | None] = [None] * n
+        self.rejections: dict[int, str] = {}
+        self.kv_bytes_received = 0
         self.samples: dict[str, list[PoolSample]] = {name: [] for name in pools}
+
+    def result(
+        self,
+        config: DeploymentConfig,
+        warmup: int,
+        *,
+        wall_s: float,
+        early_stop: str | None,
+        gpu_hour_usd: float,
+        sampled: bool,
+        kv_bytes_sent: int,
+    ) -> SimResult:
+        """The run's records and metrics, at its end.
+
+        Args:
+            config: The deployment simulated.
+            warmup: The requests to complete first that are not measured.
+            wall_s: The run's wall time.
+            early_stop: Why the run was stopped early (None: it ran to the end).
+            gpu_hour_usd: The price of one GPU hour.
+            sampled: The pools were sampled (there is a timeline).
+            kv_bytes_sent: KV bytes the links carried.
+
+        Raises:
+            RuntimeError: A run that ran to the end left requests neither finished nor rejected.
+        """
+        records = self.records()
+        if early_stop is None:
+            rejected = np.zeros(len(self.requests), dtype=bool)
+            rejected[list(self.rejections)] = True
+            lost = np.flatnonzero((records.finish_us < 0) & ~rejected)
+            if lost.size:
+                raise RuntimeError(
+                    f"{lost.size} requests neither finished nor rejected: {lost[:5]}"
+                )
+        end_us = int(max(records.finish_us.max(initial=0), records.arrival_us.max(initial=0)))
+        facts = self.facts(
+            records,
+            end_us,
+            warmup,
+            gpus=config.gpus,
+            gpu_hour_usd=gpu_hour_usd,
+            planned=config.planner is not None,
+            sampled=sampled,
+        )
+        metrics = summarize(
+            records,
+            facts,
+            slo=config.slo,
+            warmup_requests=warmup,
+            wall_s=wall_s,
+            early_stop=early_stop,
+        )
+        if self.host is not None:
+            metrics = dataclasses.replace(metrics, host=self.host_metrics(records, warmup, end_us))
+        workers = [w for p in self.pools.values() for w in p.workers]
+        return SimResult(
+            records=records,
+            metrics=metrics,
+            rejections=dict(self.rejections),
+            steps=sum(w.steps for w in workers),
+            events=sum(w.events for w in workers),
+            kv_bytes_sent=kv_bytes_sent,
+            kv_bytes_received=self.kv_bytes_received,
+        )
 
     def first_token_us(self, rid: int) -> int:
         """When request ``rid``'s first token was seen (by the client, with a host), or -1."""
@@ -131,7 +202,6 @@ class Recorder:
         *,
         gpus: float,
         gpu_hour_usd: float,
-        rejected: int,
         planned: bool,
         sampled: bool,
     ) -> RunFacts:
@@ -143,7 +213,6 @@ class Recorder:
             warmup: The requests to complete first that are not measured.
             gpus: The deployment's GPUs.
             gpu_hour_usd: The price of one GPU hour.
-            rejected: The requests rejected.
             planned: A planner scaled the pools (the GPUs change over time).
             sampled: The pools were sampled (there is a timeline).
         """
@@ -151,7 +220,7 @@ class Recorder:
             gpus=gpus,
             gpu_hour_usd=gpu_hour_usd,
             utilization=self.utilization(end_us),
-            rejected_requests=rejected,
+            rejected_requests=len(self.rejections),
             gpu_timeline=self.gpu_timeline() if planned else None,
             pools=self.pool_metrics(records, end_us, warmup),
             timeline=self.timeline() if sampled else None,
@@ -220,19 +289,15 @@ class Recorder:
             }
         return out
 
-    def host_metrics(
-        self,
-        records: RequestRecords,
-        warmup: int,
-        end_us: int,
-        entry: WorkerPool,
-        decode: WorkerPool,
-    ) -> HostMetrics:
+    def host_metrics(self, records: RequestRecords, warmup: int, end_us: int) -> HostMetrics:
         """The host processes' figures over the measured requests (a host must be set).
 
-        ``entry`` tokenises, ``decode`` streams (the same pool when aggregated).
+        The entry pool tokenises, the decode pool streams (the same pool when aggregated).
         """
         assert self.host is not None
+        pools = self.pools
+        entry = pools["prefill"] if "prefill" in pools else pools["agg"]
+        decode = pools["decode"] if "decode" in pools else pools["agg"]
         return self.host.metrics(
             measured(records, warmup), pool_worker_us(entry, end_us), pool_worker_us(decode, end_us)
         )

@@ -26,7 +26,6 @@ that one completes (or is rejected), after its ``delay_s``, and not before its `
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import math
 import time
@@ -35,10 +34,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
-from simpy.events import NORMAL, EventPriority
+from simpy.events import NORMAL
 
-from dynosim.cluster.planner import Planner, Window, sample
-from dynosim.cluster.pool import WorkerPool
+from dynosim.cluster.planner import Observer, Planner
+from dynosim.cluster.pool import WorkerPool, pool_perfs
 from dynosim.cluster.transfer import KVLinks
 from dynosim.config import DeploymentConfig, PoolName
 from dynosim.engine.policies import worker_class
@@ -46,7 +45,7 @@ from dynosim.engine.state import RunningRequest
 from dynosim.engine.worker import EngineWorker
 from dynosim.errors import ConfigError
 from dynosim.host import Host, StreamedRequest
-from dynosim.metrics import Metrics, summarize
+from dynosim.metrics import Metrics
 from dynosim.perf.speculative import extra_blocks, verify_steps
 from dynosim.recording import Recorder, SimResult
 from dynosim.router import make_router
@@ -63,8 +62,6 @@ if TYPE_CHECKING:
 __all__ = ["SimResult", "Simulation", "simulate"]  # SimResult lives in dynosim.recording
 
 _NEVER = 1 << 62
-_TICK = EventPriority(2)
-"""simpy priority of the observation tick: after boundaries (0) and arrivals (1) at its instant."""
 
 
 class Simulation:
@@ -95,20 +92,20 @@ class Simulation:
         self.env = simpy.Environment()
         self.rng = np.random.default_rng(seed)
         self.disagg = config.mode == "disagg"
-        perfs = _pool_perfs(config, perf)
+        perfs = pool_perfs(config, perf)
         self.decode_perf = perfs["decode" if self.disagg else "agg"]
         self.pools = self._build_pools(perfs, fast_forward)
         self.decode = self.pools["decode"] if self.disagg else self.pools["agg"]
         self.entry = self.pools["prefill"] if self.disagg else self.pools["agg"]
-        self.links = self._build_links()
+        self.links = (
+            KVLinks.between(config, self.entry.perf, self.decode.perf) if self.disagg else None
+        )
         self._spec_steps, self._spec_extra = self._speculative_plan(seed)
         # Host processes (dynosim.host): a tokenised request re-enters the arrival heap as
         # id + n; the client's view of first and last tokens comes from the replica's clock.
         self.host = self._build_host()
         self._streams = self.host is not None and self.host.streams
         self.rec = Recorder(requests, self.pools, self.host)
-        self.kv_bytes_received = 0
-        self.rejections: dict[int, str] = {}
         self._heap, self._followers = self._arrival_heap()
         self._dispatch_at = _NEVER
         self._dispatch_version = 0
@@ -123,7 +120,7 @@ class Simulation:
         self.planner = (
             Planner(config.planner, self.pools, config.slo) if config.planner is not None else None
         )
-        self._planner_clock(sample_interval_s)
+        self.observer = self._observer(sample_interval_s)
 
     # ------------------------------------------------------------------ building
     def _build_pools(
@@ -147,20 +144,6 @@ class Simulation:
                 worker_cls=worker_class(config.backend, pool.engine.capacity_scheduler_policy),
             )
         return pools
-
-    def _build_links(self) -> KVLinks | None:
-        """The decode workers' KV ingress links (disaggregated serving only)."""
-        if not self.disagg:
-            return None
-        from dynosim.perf.deployment import kv_link
-
-        gbps, latency_us = kv_link(self.config)
-        return KVLinks(
-            bytes_per_token=max(self.entry.perf.kv_bytes_per_token,
-                                self.decode.perf.kv_bytes_per_token),
-            gbps=gbps,
-            latency_us=latency_us,
-        )  # fmt: skip
 
     def _speculative_plan(self, seed: int) -> tuple[np.ndarray | None, np.ndarray]:
         """Speculative decoding: each request's verify steps (None: off) and extra KV blocks."""
@@ -201,22 +184,28 @@ class Simulation:
         heapq.heapify(heap)
         return heap, followers
 
-    def _planner_clock(self, sample_interval_s: float | None) -> None:
-        """The planner's sampling and decision periods, and the timeline's.
+    def _observer(self, sample_interval_s: float | None) -> Observer:
+        """The pools' observation tick: at the planner's pace, and the timeline's.
 
-        The planner samples at its own pace; the timeline at ``sample_interval_s`` if given,
-        else it is the planner's samples. Sampling only reads state (and brings a
-        fast-forwarded worker's KV up to date, as routing does), so it changes nothing.
+        The timeline samples at ``sample_interval_s`` if given, else it is the planner's.
         """
-        self._plan_us: int | None = None
+        plan_us, adjust_us = None, 0
         planner = self.config.planner
         if planner is not None:
             pull = min(planner.metric_pulling_interval_s, planner.adjustment_interval_s)
-            self._plan_us = max(1, _us(pull))
-            self._adjust_us = _us(planner.adjustment_interval_s)
-        self._sample_us = None if sample_interval_s is None else max(1, _us(sample_interval_s))
-        self._window = Window()
-        self._next_adjust = 0
+            plan_us = max(1, _us(pull))
+            adjust_us = _us(planner.adjustment_interval_s)
+        sample_us = None if sample_interval_s is None else max(1, _us(sample_interval_s))
+        return Observer(
+            self.env,
+            self.pools,
+            self.planner,
+            self.rec.samples,
+            plan_us=plan_us,
+            adjust_us=adjust_us,
+            sample_us=sample_us,
+            busy=lambda: self._open > 0,
+        )
 
     @property
     def workers(self) -> list[EngineWorker]:
@@ -254,10 +243,10 @@ class Simulation:
         r = self.requests[rid]
         self.rec.arrival_us[rid] = now
         if self.planner is not None:  # what the planner sees of the traffic
-            self._window.on_arrival(r)
+            self.observer.window.on_arrival(r)
         reason = self._never_fits(r)
         if reason is not None:
-            self.rejections[rid] = reason
+            self.rec.rejections[rid] = reason
             self._open -= 1
             if self._monitor is not None:
                 self._monitor.on_reject(rid)
@@ -377,7 +366,7 @@ class Simulation:
         w = self.decode.workers[self.rec.worker[rid]]
         w.incoming -= 1
         w.incoming_blocks -= -(-rr.req.input_tokens // w.block_size)
-        self.kv_bytes_received += rr.remote * self.links.bytes_per_token
+        self.rec.kv_bytes_received += rr.remote * self.links.bytes_per_token
         w.enqueue(rr, int(self.env.now))
 
     # ----------------------------------------------------------------- completion
@@ -392,7 +381,7 @@ class Simulation:
         self.rec.finish_us[rid] = shown
         self._open -= 1
         if self.planner is not None:  # what the planner sees of the latencies
-            self._window.on_finish(rr.req, self.rec.arrival_us[rid], first, shown)
+            self.observer.window.on_finish(rr.req, self.rec.arrival_us[rid], first, shown)
         if self.decode.draining:
             self.decode.check_drained(self.decode.workers[self.rec.worker[rid]], now)
         self._release_followers(rid, shown)
@@ -404,34 +393,6 @@ class Simulation:
             f = self.requests[fid]
             k = self.speedup
             self._push(max(now + _us(f.delay_s / k), _us(f.arrival_s / k)), fid)
-
-    # ---------------------------------------------------------- observation tick
-    def _on_plan_tick(self, ev: Timer) -> None:
-        """The planner's sample, and its decision when one is due."""
-        now = int(self.env.now)
-        win = self._window
-        for name, pool in self.pools.items():
-            s = sample(pool, now)
-            win.samples.setdefault(name, []).append(s)
-            if self._sample_us is None:
-                self.rec.samples[name].append(s)
-        assert self.planner is not None
-        assert self._plan_us is not None
-        if now >= self._next_adjust:
-            self.planner.adjust(now, win)
-            self._window = Window(start_us=now)
-            self._next_adjust = now + self._adjust_us
-        if self._open > 0:
-            Timer(self.env, now + self._plan_us, 0, self._on_plan_tick, _TICK)
-
-    def _on_sample_tick(self, ev: Timer) -> None:
-        """A timeline sample."""
-        now = int(self.env.now)
-        for name, pool in self.pools.items():
-            self.rec.samples[name].append(sample(pool, now))
-        if self._open > 0:
-            assert self._sample_us is not None
-            Timer(self.env, now + self._sample_us, 0, self._on_sample_tick, _TICK)
 
     # ---------------------------------------------------------------------- run
     def run(self, *, warmup_requests: int = 0, stop: SLOMonitor | None = None) -> SimResult:
@@ -456,54 +417,18 @@ class Simulation:
             self._monitor.start()
         if self._heap:
             self._schedule_dispatch(self._heap[0][0])
-        if self._plan_us is not None and self._open > 0:
-            self._next_adjust = self._adjust_us
-            Timer(self.env, 0, 0, self._on_plan_tick, _TICK)
-        if self._sample_us is not None and self._open > 0:
-            Timer(self.env, 0, 0, self._on_sample_tick, _TICK)
+        self.observer.start()
         self.env.run()
         wall = time.perf_counter() - start
-        rec = self.rec
-        records = rec.records()
         early = self._monitor.reason if self._monitor is not None else None
-        if early is None:
-            rejected = _mask(len(self.requests), self.rejections)
-            lost = np.flatnonzero((records.finish_us < 0) & ~rejected)
-            if lost.size:
-                raise RuntimeError(
-                    f"{lost.size} requests neither finished nor rejected: {lost[:5]}"
-                )
-        end_us = int(max(records.finish_us.max(initial=0), records.arrival_us.max(initial=0)))
-        facts = rec.facts(
-            records,
-            end_us,
+        return self.rec.result(
+            self.config,
             warmup_requests,
-            gpus=self.config.gpus,
-            gpu_hour_usd=self.decode_perf.gpu_hour_usd,
-            rejected=len(self.rejections),
-            planned=self.planner is not None,
-            sampled=bool(self._plan_us or self._sample_us),
-        )
-        metrics = summarize(
-            records,
-            facts,
-            slo=self.config.slo,
-            warmup_requests=warmup_requests,
             wall_s=wall,
             early_stop=early,
-        )
-        if self.host is not None:
-            host = rec.host_metrics(records, warmup_requests, end_us, self.entry, self.decode)
-            metrics = dataclasses.replace(metrics, host=host)
-        workers = [w for p in self.pools.values() for w in p.workers]
-        return SimResult(
-            records=records,
-            metrics=metrics,
-            rejections=dict(self.rejections),
-            steps=sum(w.steps for w in workers),
-            events=sum(w.events for w in workers),
+            gpu_hour_usd=self.decode_perf.gpu_hour_usd,
+            sampled=self.observer.sampled,
             kv_bytes_sent=self.links.bytes_sent if self.links is not None else 0,
-            kv_bytes_received=self.kv_bytes_received,
         )
 
 
@@ -524,24 +449,6 @@ def _check_inputs(
         raise ConfigError("sample_interval_s", sample_interval_s, "a finite number > 0")
 
 
-def _pool_perfs(
-    config: DeploymentConfig, perf: DeploymentPerf | Mapping[PoolName, DeploymentPerf] | None
-) -> dict[PoolName, DeploymentPerf]:
-    """Each pool's performance: given, or resolved from its view of the config.
-
-    Raises:
-        ConfigError, InfeasibleError: as ``resolve``; in disagg mode the field or message
-            names the pool (``decode.tp``, "decode pool: ...").
-    """
-    from dynosim.perf.deployment import DeploymentPerf, resolve_pools
-
-    if perf is None:
-        return resolve_pools(config)
-    if isinstance(perf, DeploymentPerf):
-        return {name: perf for name, _ in config.pools()}
-    return {name: perf[name] for name, _ in config.pools()}
-
-
 def _us(seconds: float) -> int:
     if not -MAX_TIME_S < seconds < MAX_TIME_S:  # NaN fails too
         raise ConfigError(
@@ -549,12 +456,6 @@ def _us(seconds: float) -> int:
             " the workload's times and speed-up)"
         )  # fmt: skip
     return round(seconds * 1e6)
-
-
-def _mask(n: int, ids: dict[int, str]) -> np.ndarray:
-    m = np.zeros(n, dtype=bool)
-    m[list(ids)] = True
-    return m
 
 
 def simulate(

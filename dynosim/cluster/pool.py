@@ -23,6 +23,9 @@ from dynosim.router import Router
 from dynosim.timer import Timer
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from dynosim.config import DeploymentConfig
     from dynosim.perf.deployment import DeploymentPerf
 
 
@@ -180,3 +183,21 @@ class WorkerPool:
             self.gpu_changes[-1] = (t, g + delta)
         else:
             self.gpu_changes.append((now_us, g + delta))
+
+
+def pool_perfs(
+    config: DeploymentConfig, perf: DeploymentPerf | Mapping[PoolName, DeploymentPerf] | None
+) -> dict[PoolName, DeploymentPerf]:
+    """Each pool's performance: given, or resolved from its view of the config.
+
+    Raises:
+        ConfigError, InfeasibleError: as ``resolve``; in disagg mode the field or message
+            names the pool (``decode.tp``, "decode pool: ...").
+    """
+    from dynosim.perf.deployment import DeploymentPerf, resolve_pools
+
+    if perf is None:
+        return resolve_pools(config)
+    if isinstance(perf, DeploymentPerf):
+        return {name: perf for name, _ in config.pools()}
+    return {name: perf[name] for name, _ in config.pools()}
