@@ -1,8 +1,8 @@
 """Wiring: workload -> router -> worker pools (-> KV transfer -> decode pool) -> records -> metrics.
 
-``Simulation`` owns the simpy environment, the random generator and the request bookkeeping;
-it is the only module that connects the parts. ``simulate()`` is the one call the optimizer
-uses.
+``Simulation`` owns the simpy environment, the random generator and the requests' progress
+(what it records of them is kept by :class:`dynosim.recording.Recorder`); it is the only module
+that connects the parts. ``simulate()`` is the one call the optimizer uses.
 
 Aggregated serving is one pool. In disaggregated serving a request is routed to a prefill
 worker (its *prefill leg* leaves once the prompt is computed), then to a decode worker picked by
@@ -15,7 +15,7 @@ prefilled remotely and its KV goes to that same decode worker, where it counts a
 its arrival.
 
 Pool observations (the planner's, and the timeline's) are taken by a periodic tick that runs
-after every other event of its instant.
+after every other event of its instant (:class:`dynosim.cluster.planner.Observer`).
 
 Arrivals are kept in one heap ordered by (time, request id) and dispatched by a single
 version-cancelled simpy event, so requests sent at the same instant are routed in id order
