@@ -78,14 +78,13 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from dynosim.config import HostConfig
 from dynosim.engine.state import RunningRequest
-from dynosim.metrics import NAN, Stat
+from dynosim.metrics import NAN, HostMetrics, Stat
 from dynosim.types import Request
 
 REFERENCE_INPUT_TOKEN_US = 1.1
@@ -94,28 +93,6 @@ REFERENCE_REQUEST_US = 1200.0
 """Fixed host cost of one chat request (see the module docstring)."""
 REFERENCE_OUTPUT_TOKEN_US = 70.0
 """Detokenisation + SSE streaming per output token, an upper bound (see the module docstring)."""
-
-
-@dataclass(frozen=True, slots=True)
-class HostMetrics:
-    """What the host processes did (times in ms, like the other metrics).
-
-    Attributes:
-        processes: Processes per replica (0: unbounded).
-        tokenize_utilization: Tokenisation time over the entry pool's process time
-            (replica-time x processes); NaN with unbounded processes.
-        stream_utilization: Detokenisation and streaming time over the decode (or aggregated)
-            pool's process time; NaN with unbounded processes.
-        tokenize_queue_time: Per request, the wait for a free process before tokenisation.
-        stream_delay: Per request, how much later than ``output_token_us`` after the engine's
-            last token the client received it (the streaming backlog).
-    """
-
-    processes: int
-    tokenize_utilization: float
-    stream_utilization: float
-    tokenize_queue_time: Stat
-    stream_delay: Stat
 
 
 class StreamedRequest(RunningRequest):

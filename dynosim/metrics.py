@@ -8,10 +8,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from dynosim.config import SLOConfig
-
 if TYPE_CHECKING:
-    from dynosim.host import HostMetrics
+    from dynosim.config import SLOConfig
 
 STAT_KEYS = ("avg", "min", "max", "p50", "p90", "p99")
 NAN = float("nan")
@@ -139,6 +137,54 @@ class PoolMetrics:
     scaling_events: int
 
 
+@dataclass(frozen=True, slots=True)
+class HostMetrics:
+    """What the host processes did (times in ms, like the other metrics).
+
+    Attributes:
+        processes: Processes per replica (0: unbounded).
+        tokenize_utilization: Tokenisation time over the entry pool's process time
+            (replica-time x processes); NaN with unbounded processes.
+        stream_utilization: Detokenisation and streaming time over the decode (or aggregated)
+            pool's process time; NaN with unbounded processes.
+        tokenize_queue_time: Per request, the wait for a free process before tokenisation.
+        stream_delay: Per request, how much later than ``output_token_us`` after the engine's
+            last token the client received it (the streaming backlog).
+    """
+
+    processes: int
+    tokenize_utilization: float
+    stream_utilization: float
+    tokenize_queue_time: Stat
+    stream_delay: Stat
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunFacts:
+    """What the run provisioned and did besides the per-request records.
+
+    Attributes:
+        gpus: The deployment's GPUs (constant unless ``gpu_timeline`` says otherwise).
+        gpu_hour_usd: The price of one GPU hour.
+        utilization: Busy worker time over provisioned worker time.
+        rejected_requests: For a stopped run, the requests rejected (the unfinished ones are
+            not); None: every request that did not complete.
+        gpu_timeline: The provisioned GPUs over time, when a planner changed them.
+        pools: Each pool's figures.
+        timeline: The pool samples, per pool, when the pools were sampled.
+        scaling_events: Scale-ups and scale-downs of all pools.
+    """
+
+    gpus: float
+    gpu_hour_usd: float
+    utilization: float = NAN
+    rejected_requests: int | None = None
+    gpu_timeline: GpuTimeline | None = None
+    pools: tuple[PoolMetrics, ...] = ()
+    timeline: dict[str, Any] | None = None
+    scaling_events: int = 0
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Metrics:
     """What one simulation measured. Latencies in ms, throughputs per second."""
@@ -226,35 +272,29 @@ def measured(records: RequestRecords, warmup_requests: int) -> npt.NDArray[np.in
 
 def summarize(
     records: RequestRecords,
+    facts: RunFacts,
     *,
     slo: SLOConfig,
-    gpus: float,
-    gpu_hour_usd: float,
     warmup_requests: int,
     wall_s: float,
-    utilization: float = float("nan"),
     early_stop: str | None = None,
-    rejected_requests: int | None = None,
-    gpu_timeline: GpuTimeline | None = None,
-    pools: tuple[PoolMetrics, ...] = (),
-    timeline: dict[str, Any] | None = None,
-    scaling_events: int = 0,
 ) -> Metrics:
-    """Turn per-request records into metrics.
+    """Turn per-request records (and what the run provisioned, ``facts``) into metrics.
 
     The first ``warmup_requests`` requests to complete are left out of every figure. The
     benchmark window runs from the earliest arrival among the measured requests to the last
     completion; throughputs and the cost per output token are over that window, GPU hours over
     the whole simulation (from time 0). ``slo_attainment`` is the fraction of the measured and
     the rejected requests that completed within every SLO (DistServe's attainment; a rejected
-    request never meets its SLO). ``utilization`` (busy worker time over provisioned worker
-    time), ``early_stop`` (why the run was stopped before the end) and, for a stopped run, the
-    count of rejected requests (the unfinished ones are not rejected) come from the caller.
+    request never meets its SLO). ``utilization``, ``early_stop`` (why the run was stopped
+    before the end) and, for a stopped run, the count of rejected requests come from the
+    caller.
 
-    With ``gpu_timeline`` (a planner changed the provisioned GPUs), ``gpus`` is their time
-    average over the benchmark window, which the per-GPU throughput and the cost use, and
+    With ``facts.gpu_timeline`` (a planner changed the provisioned GPUs), ``gpus`` is their
+    time average over the benchmark window, which the per-GPU throughput and the cost use, and
     ``gpu_hours`` their integral from time 0; otherwise ``gpus`` is constant.
     """
+    rejected_requests, gpu_timeline = facts.rejected_requests, facts.gpu_timeline
     done = records.completed
     rejected = int((~done).sum()) if rejected_requests is None else rejected_requests
     idx = measured(records, warmup_requests)
@@ -270,7 +310,7 @@ def summarize(
     window_s = (finish.max() - arrival.min()) / 1e6 if idx.size else 0.0
     sim_s = float(records.finish_us.max() / 1e6) if done.any() else 0.0
     if gpu_timeline is None:
-        gpu_timeline = GpuTimeline.fixed(gpus)
+        gpu_timeline = GpuTimeline.fixed(facts.gpus)
     w0 = float(arrival.min()) if idx.size else 0.0
     w1 = float(finish.max()) if idx.size else 0.0
     gpus = gpu_timeline.mean(w0, w1)
@@ -288,7 +328,9 @@ def summarize(
     gpu_hours = gpu_timeline.gpu_us(0.0, sim_s * 1e6) / 3.6e9
     inputs = int(records.input_tokens[idx].sum())
     window_gpu_hours = gpus * window_s / 3600.0  # the same window as the throughputs
-    cost = window_gpu_hours * gpu_hour_usd / (out_tokens / 1e6) if out_tokens else float("inf")
+    cost = (
+        window_gpu_hours * facts.gpu_hour_usd / (out_tokens / 1e6) if out_tokens else float("inf")
+    )
     return Metrics(
         time_to_first_token=Stat.of(ttft_ms),
         inter_token_latency=Stat.of(itl_ms),
@@ -306,15 +348,15 @@ def summarize(
         rejected_requests=rejected,
         preemptions=int(records.preemptions.sum()),
         gpus=float(gpus),
-        utilization=utilization,
+        utilization=facts.utilization,
         simulated_requests=int((records.arrival_us >= 0).sum()),
         simulated_duration_s=sim_s,
         wall_s=wall_s,
         kv_transfer_time=Stat.of(_transfer_ms(records, idx)),
-        scaling_events=scaling_events,
+        scaling_events=facts.scaling_events,
         early_stop=early_stop,
-        pools=pools,
-        timeline=timeline,
+        pools=facts.pools,
+        timeline=facts.timeline,
     )
 
 

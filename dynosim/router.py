@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from dynosim.config import DeploymentConfig
+from dynosim.config import DeploymentConfig, RouterName
 from dynosim.engine.state import RunningRequest
 from dynosim.engine.worker import EngineWorker
 from dynosim.types import HASH_BLOCK_TOKENS
@@ -137,17 +137,20 @@ class KvLoad:
         return best
 
 
+ROUTERS: dict[RouterName, Callable[[DeploymentConfig, np.random.Generator], Router]] = {
+    "round_robin": lambda config, rng: RoundRobin(),
+    "random": lambda config, rng: RandomRouter(rng),
+    "least_loaded": lambda config, rng: LeastLoaded(),
+    "kv_load": lambda config, rng: KvLoad(),
+    "kv_aware": lambda config, rng: KvAware(
+        config.kv_router.overlap_weight, config.kv_router.temperature, rng
+    ),
+}
+"""Each router by name, built from the deployment (its KV router settings) and the run's RNG."""
+
+
 def make_router(
-    config: DeploymentConfig, rng: np.random.Generator, name: str | None = None
+    config: DeploymentConfig, rng: np.random.Generator, name: RouterName | None = None
 ) -> Router:
     """The router ``name`` (default: the deployment's ``router``)."""
-    name = config.router if name is None else name
-    if name == "round_robin":
-        return RoundRobin()
-    if name == "random":
-        return RandomRouter(rng)
-    if name == "least_loaded":
-        return LeastLoaded()
-    if name == "kv_load":
-        return KvLoad()
-    return KvAware(config.kv_router.overlap_weight, config.kv_router.temperature, rng)
+    return ROUTERS[config.router if name is None else name](config, rng)

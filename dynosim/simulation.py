@@ -1,8 +1,8 @@
 """Wiring: workload -> router -> worker pools (-> KV transfer -> decode pool) -> records -> metrics.
 
-``Simulation`` owns the simpy environment, the random generator and the request bookkeeping;
-it is the only module that connects the parts. ``simulate()`` is the one call the optimizer
-uses.
+``Simulation`` owns the simpy environment, the random generator and the requests' progress
+(what it records of them is kept by :class:`dynosim.recording.Recorder`); it is the only module
+that connects the parts. ``simulate()`` is the one call the optimizer uses.
 
 Aggregated serving is one pool. In disaggregated serving a request is routed to a prefill
 worker (its *prefill leg* leaves once the prompt is computed), then to a decode worker picked by
@@ -15,7 +15,7 @@ prefilled remotely and its KV goes to that same decode worker, where it counts a
 its arrival.
 
 Pool observations (the planner's, and the timeline's) are taken by a periodic tick that runs
-after every other event of its instant.
+after every other event of its instant (:class:`dynosim.cluster.planner.Observer`).
 
 Arrivals are kept in one heap ordered by (time, request id) and dispatched by a single
 version-cancelled simpy event, so requests sent at the same instant are routed in id order
@@ -26,20 +26,18 @@ that one completes (or is rejected), after its ``delay_s``, and not before its `
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
-from simpy.events import NORMAL, EventPriority
+from simpy.events import NORMAL
 
-from dynosim.cluster.planner import Planner, PoolSample, Window, sample
-from dynosim.cluster.pool import WorkerPool
+from dynosim.cluster.planner import Observer, Planner
+from dynosim.cluster.pool import WorkerPool, pool_perfs
 from dynosim.cluster.transfer import KVLinks
 from dynosim.config import DeploymentConfig, PoolName
 from dynosim.engine.policies import worker_class
@@ -47,20 +45,12 @@ from dynosim.engine.state import RunningRequest
 from dynosim.engine.worker import EngineWorker
 from dynosim.errors import ConfigError
 from dynosim.host import Host, StreamedRequest
-from dynosim.metrics import (
-    NAN,
-    GpuTimeline,
-    Metrics,
-    PoolMetrics,
-    RequestRecords,
-    Stat,
-    measured,
-    summarize,
-)
+from dynosim.metrics import Metrics
 from dynosim.perf.speculative import extra_blocks, verify_steps
+from dynosim.recording import Recorder, SimResult
 from dynosim.router import make_router
 from dynosim.slo_monitor import MonitorState, SLOMonitor
-from dynosim.timer import schedule_timer
+from dynosim.timer import Timer
 from dynosim.types import HASH_BLOCK_TOKENS, Request
 from dynosim.workload.limits import MAX_TIME_S
 
@@ -69,22 +59,9 @@ if TYPE_CHECKING:
 
     from dynosim.perf.deployment import DeploymentPerf
 
+__all__ = ["SimResult", "Simulation", "simulate"]  # SimResult lives in dynosim.recording
+
 _NEVER = 1 << 62
-_TICK = EventPriority(2)
-"""simpy priority of the observation tick: after boundaries (0) and arrivals (1) at its instant."""
-
-
-@dataclass(frozen=True, slots=True)
-class SimResult:
-    """Everything a simulation produced."""
-
-    records: RequestRecords
-    metrics: Metrics
-    rejections: dict[int, str]
-    steps: int
-    events: int
-    kv_bytes_sent: int = 0
-    kv_bytes_received: int = 0
 
 
 class Simulation:
@@ -108,30 +85,53 @@ class Simulation:
         speedup: float = 1.0,
         sample_interval_s: float | None = None,
     ) -> None:
-        for i, r in enumerate(requests):
-            if r.id != i:
-                raise ConfigError(
-                    "requests", f"request at position {i} has id {r.id}", "ids 0..n-1"
-                )
-            if r.after_id is not None and not 0 <= r.after_id < i:
-                raise ConfigError(f"requests[{i}].after_id", r.after_id, f"an id in [0, {i})")
-        if not (isinstance(speedup, int | float) and 0 < speedup < math.inf):
-            raise ConfigError("speedup", speedup, "a finite number > 0")
-        if sample_interval_s is not None and not (
-            isinstance(sample_interval_s, int | float) and 0 < sample_interval_s < math.inf
-        ):
-            raise ConfigError("sample_interval_s", sample_interval_s, "a finite number > 0")
+        _check_inputs(requests, speedup, sample_interval_s)
         self.config = config
         self.requests = requests
         self.speedup = float(speedup)
         self.env = simpy.Environment()
         self.rng = np.random.default_rng(seed)
-        perfs = _pool_perfs(config, perf)
-        self.perf = perfs[config.pools()[-1][0]]
-        self.pools: dict[PoolName, WorkerPool] = {}
+        self.disagg = config.mode == "disagg"
+        perfs = pool_perfs(config, perf)
+        self.decode_perf = perfs["decode" if self.disagg else "agg"]
+        self.pools = self._build_pools(perfs, fast_forward)
+        self.decode = self.pools["decode"] if self.disagg else self.pools["agg"]
+        self.entry = self.pools["prefill"] if self.disagg else self.pools["agg"]
+        self.links = (
+            KVLinks.between(config, self.entry.perf, self.decode.perf) if self.disagg else None
+        )
+        self._spec_steps, self._spec_extra = self._speculative_plan(seed)
+        # Host processes (dynosim.host): a tokenised request re-enters the arrival heap as
+        # id + n; the client's view of first and last tokens comes from the replica's clock.
+        self.host = self._build_host()
+        self._streams = self.host is not None and self.host.streams
+        self.rec = Recorder(requests, self.pools, self.host)
+        self._heap, self._followers = self._arrival_heap()
+        self._dispatch_at = _NEVER
+        self._dispatch_version = 0
+        self._open = len(requests)  # requests neither finished nor rejected
+        self._max_kv_tokens = self.decode.perf.kv_blocks * self.decode.engine.block_size
+        self._entry_kv_tokens = self.entry.perf.kv_blocks * self.entry.engine.block_size
+        e = self.entry.engine
+        self._max_prompt = None if e.enable_chunked_prefill else e.max_num_batched_tokens
+        d = self.decode.engine
+        self._local_prompt = None if d.enable_chunked_prefill else d.max_num_batched_tokens
+        self._monitor: MonitorState | None = None
+        self.planner = (
+            Planner(config.planner, self.pools, config.slo) if config.planner is not None else None
+        )
+        self.observer = self._observer(sample_interval_s)
+
+    # ------------------------------------------------------------------ building
+    def _build_pools(
+        self, perfs: Mapping[PoolName, DeploymentPerf], fast_forward: bool
+    ) -> dict[PoolName, WorkerPool]:
+        """The worker pools, prefill first: each with its router and scheduling policy."""
+        config = self.config
+        pools: dict[PoolName, WorkerPool] = {}
         for name, pool in config.pools():
             router = config.decode_router if name == "decode" else config.router
-            self.pools[name] = WorkerPool(
+            pools[name] = WorkerPool(
                 name,
                 self.env,
                 tp=pool.tp,
@@ -143,84 +143,69 @@ class Simulation:
                 fast_forward=fast_forward,
                 worker_cls=worker_class(config.backend, pool.engine.capacity_scheduler_policy),
             )
-        self.disagg = config.mode == "disagg"
-        self.decode = self.pools["decode"] if self.disagg else self.pools["agg"]
-        self.entry = self.pools["prefill"] if self.disagg else self.pools["agg"]
-        self.links: KVLinks | None = None
-        if self.disagg:
-            from dynosim.perf.deployment import kv_link
+        return pools
 
-            gbps, latency_us = kv_link(config)
-            self.links = KVLinks(
-                bytes_per_token=max(self.entry.perf.kv_bytes_per_token,
-                                    self.decode.perf.kv_bytes_per_token),
-                gbps=gbps,
-                latency_us=latency_us,
-            )  # fmt: skip
-        n = len(requests)
-        self._arrival_us = np.full(n, -1, dtype=np.int64)
-        self._state: list[RunningRequest | None] = [None] * n
-        self._spec_steps: np.ndarray | None = None
-        self._spec_extra = np.zeros(n, dtype=np.int64)
-        spec = config.speculative
-        if spec is not None and spec.num_speculative_tokens > 0 and n:
-            outs = np.fromiter((r.output_tokens for r in requests), np.int64, n)
-            ins = np.fromiter((r.input_tokens for r in requests), np.int64, n)
-            self._spec_steps = verify_steps(outs, spec, seed)
-            bs = self.decode.engine.block_size
-            self._spec_extra = extra_blocks(ins, outs, self._spec_steps, bs)
-        self._prefill_state: list[RunningRequest | None] = [None] * n
-        self._finish_us = np.full(n, -1, dtype=np.int64)
-        self._worker = np.full(n, -1, dtype=np.int64)
-        self._prefill_worker = np.full(n, -1, dtype=np.int64)
-        self._transfer_us = np.zeros(n, dtype=np.int64)
-        # Host processes (dynosim.host): a tokenised request re-enters the arrival heap as
-        # id + n; the client's view of first and last tokens comes from the replica's clock.
-        self.host = None
-        if config.host is not None:
-            dp = {name: pool.attention_dp for name, pool in config.pools()}
-            self.host = Host(
-                config.host, n, entry_dp=dp[self.entry.name], decode_dp=dp[self.decode.name]
-            )
-        self._streams = self.host is not None and self.host.streams
-        if self.host is not None and self.host.queues_tokens:
-            self.decode.set_on_tokens(self.host.on_tokens)
-        self.kv_bytes_received = 0
-        self.rejections: dict[int, str] = {}
-        self._followers: dict[int, list[int]] = {}
-        self._heap: list[tuple[int, int]] = []
-        for r in requests:
-            if r.after_id is None:
-                self._heap.append((_us(r.arrival_s / self.speedup), r.id))
-            else:
-                self._followers.setdefault(r.after_id, []).append(r.id)
-        heapq.heapify(self._heap)
-        self._dispatch_at = _NEVER
-        self._dispatch_version = 0
-        self._open = n  # requests neither finished nor rejected
-        self._max_kv_tokens = self.decode.perf.kv_blocks * self.decode.engine.block_size
-        self._entry_kv_tokens = self.entry.perf.kv_blocks * self.entry.engine.block_size
-        e = self.entry.engine
-        self._max_prompt = None if e.enable_chunked_prefill else e.max_num_batched_tokens
-        d = self.decode.engine
-        self._local_prompt = None if d.enable_chunked_prefill else d.max_num_batched_tokens
-        self._monitor: MonitorState | None = None
-        self.planner = (
-            Planner(config.planner, self.pools, config.slo) if config.planner is not None else None
+    def _speculative_plan(self, seed: int) -> tuple[np.ndarray | None, np.ndarray]:
+        """Speculative decoding: each request's verify steps (None: off) and extra KV blocks."""
+        n = len(self.requests)
+        spec = self.config.speculative
+        if spec is None or spec.num_speculative_tokens <= 0 or not n:
+            return None, np.zeros(n, dtype=np.int64)
+        outs = np.fromiter((r.output_tokens for r in self.requests), np.int64, n)
+        ins = np.fromiter((r.input_tokens for r in self.requests), np.int64, n)
+        steps = verify_steps(outs, spec, seed)
+        return steps, extra_blocks(ins, outs, steps, self.decode.engine.block_size)
+
+    def _build_host(self) -> Host | None:
+        """The host processes, if the deployment models them; the decode pool tells its tokens."""
+        config = self.config
+        if config.host is None:
+            return None
+        dp = {name: pool.attention_dp for name, pool in config.pools()}
+        host = Host(
+            config.host,
+            len(self.requests),
+            entry_dp=dp[self.entry.name],
+            decode_dp=dp[self.decode.name],
         )
-        # The planner samples at its own pace; the timeline at sample_interval_s if given,
-        # else it is the planner's samples. Sampling only reads state (and brings a
-        # fast-forwarded worker's KV up to date, as routing does), so it changes nothing.
-        self._plan_us: int | None = None
-        if config.planner is not None:
-            p = config.planner
-            pull = min(p.metric_pulling_interval_s, p.adjustment_interval_s)
-            self._plan_us = max(1, _us(pull))
-            self._adjust_us = _us(p.adjustment_interval_s)
-        self._sample_us = None if sample_interval_s is None else max(1, _us(sample_interval_s))
-        self._window = Window()
-        self._next_adjust = 0
-        self._samples: dict[str, list[PoolSample]] = {name: [] for name in self.pools}
+        if host.queues_tokens:
+            self.decode.set_on_tokens(host.on_tokens)
+        return host
+
+    def _arrival_heap(self) -> tuple[list[tuple[int, int]], dict[int, list[int]]]:
+        """The heap of ``(arrival, id)`` of the requests that follow none, and the followers."""
+        followers: dict[int, list[int]] = {}
+        heap: list[tuple[int, int]] = []
+        for r in self.requests:
+            if r.after_id is None:
+                heap.append((_us(r.arrival_s / self.speedup), r.id))
+            else:
+                followers.setdefault(r.after_id, []).append(r.id)
+        heapq.heapify(heap)
+        return heap, followers
+
+    def _observer(self, sample_interval_s: float | None) -> Observer:
+        """The pools' observation tick: at the planner's pace, and the timeline's.
+
+        The timeline samples at ``sample_interval_s`` if given, else it is the planner's.
+        """
+        plan_us, adjust_us = None, 0
+        planner = self.config.planner
+        if planner is not None:
+            pull = min(planner.metric_pulling_interval_s, planner.adjustment_interval_s)
+            plan_us = max(1, _us(pull))
+            adjust_us = _us(planner.adjustment_interval_s)
+        sample_us = None if sample_interval_s is None else max(1, _us(sample_interval_s))
+        return Observer(
+            self.env,
+            self.pools,
+            self.planner,
+            self.rec.samples,
+            plan_us=plan_us,
+            adjust_us=adjust_us,
+            sample_us=sample_us,
+            busy=lambda: self._open > 0,
+        )
 
     @property
     def workers(self) -> list[EngineWorker]:
@@ -236,10 +221,10 @@ class Simulation:
     def _schedule_dispatch(self, at_us: int) -> None:
         self._dispatch_at = at_us
         self._dispatch_version += 1
-        schedule_timer(self.env, at_us, self._dispatch_version, self._on_dispatch, NORMAL)
+        Timer(self.env, at_us, self._dispatch_version, self._on_dispatch, NORMAL)
 
-    def _on_dispatch(self, ev: simpy.Event) -> None:
-        if ev._value != self._dispatch_version:
+    def _on_dispatch(self, ev: Timer) -> None:
+        if ev.version != self._dispatch_version:
             return
         now = int(self.env.now)
         heap = self._heap
@@ -256,15 +241,12 @@ class Simulation:
 
     def _arrive(self, rid: int, now: int) -> None:
         r = self.requests[rid]
-        self._arrival_us[rid] = now
+        self.rec.arrival_us[rid] = now
         if self.planner is not None:  # what the planner sees of the traffic
-            win = self._window
-            win.arrivals += 1
-            win.input_tokens += r.input_tokens
-            win.output_tokens += r.output_tokens
+            self.observer.window.on_arrival(r)
         reason = self._never_fits(r)
         if reason is not None:
-            self.rejections[rid] = reason
+            self.rec.rejections[rid] = reason
             self._open -= 1
             if self._monitor is not None:
                 self._monitor.on_reject(rid)
@@ -296,9 +278,9 @@ class Simulation:
             # disaggregation: the decode worker that received the request waits for its KV).
             self._commit(rid, w)
         pr = RunningRequest(r, prefix_caching=self.entry.engine.enable_prefix_caching, max_tokens=1)
-        self._prefill_state[rid] = pr
+        self.rec.prefill_state[rid] = pr
         pw = self.entry.route(pr, now)
-        self._prefill_worker[rid] = pw.index
+        self.rec.prefill_worker[rid] = pw.index
         pw.enqueue(pr, now)
 
     def _leg(self, rid: int, remote: int = 0) -> RunningRequest:
@@ -317,12 +299,12 @@ class Simulation:
     def _on_first_token(self, rr: RunningRequest, now: int) -> None:
         assert self.host is not None
         rid = rr.req.id
-        self.host.first_token(rid, int(self._worker[rid]), now)
+        self.host.first_token(rid, int(self.rec.worker[rid]), now)
 
     def _serve_local(self, rid: int, w: EngineWorker, now: int, rr: RunningRequest) -> None:
         """``rr`` (the request ``rid``, the one its router saw) is served by ``w`` from now."""
-        self._state[rid] = rr
-        self._worker[rid] = w.index
+        self.rec.state[rid] = rr
+        self.rec.worker[rid] = w.index
         w.enqueue(rr, now)
 
     def _local_fits(self, rr: RunningRequest, w: EngineWorker) -> bool:
@@ -355,36 +337,36 @@ class Simulation:
         """A prefill leg is done: pick the decode worker and send the KV cache to it."""
         rid = pr.req.id
         if self.entry.draining:
-            self.entry.check_drained(self.entry.workers[self._prefill_worker[rid]], now)
+            self.entry.check_drained(self.entry.workers[self.rec.prefill_worker[rid]], now)
         assert self.links is not None
         remote = pr.req.input_tokens - 1
         rr = self._leg(rid, remote=remote)
         rr.cached_tokens = pr.cached_tokens
-        if self._worker[rid] >= 0:
-            w = self.decode.workers[self._worker[rid]]
+        if self.rec.worker[rid] >= 0:
+            w = self.decode.workers[self.rec.worker[rid]]
         else:
             w = self.decode.route(rr, now)
             self._commit(rid, w)
-        self._state[rid] = rr
+        self.rec.state[rid] = rr
         arrive = self.links.reserve(w.index, now, remote)
-        self._transfer_us[rid] = arrive - now
-        schedule_timer(self.env, arrive, rid, self._on_transferred, NORMAL)
+        self.rec.transfer_us[rid] = arrive - now
+        Timer(self.env, arrive, rid, self._on_transferred, NORMAL)
 
     def _commit(self, rid: int, w: EngineWorker) -> None:
         """Assign decode worker ``w`` to remote request ``rid``; it counts there from now."""
-        self._worker[rid] = w.index
+        self.rec.worker[rid] = w.index
         w.incoming += 1
         w.incoming_blocks += -(-self.requests[rid].input_tokens // w.block_size)
 
-    def _on_transferred(self, ev: simpy.Event) -> None:
-        rid = ev._value
-        rr = self._state[rid]
+    def _on_transferred(self, ev: Timer) -> None:
+        rid = ev.version
+        rr = self.rec.state[rid]
         assert rr is not None
         assert self.links is not None
-        w = self.decode.workers[self._worker[rid]]
+        w = self.decode.workers[self.rec.worker[rid]]
         w.incoming -= 1
         w.incoming_blocks -= -(-rr.req.input_tokens // w.block_size)
-        self.kv_bytes_received += rr.remote * self.links.bytes_per_token
+        self.rec.kv_bytes_received += rr.remote * self.links.bytes_per_token
         w.enqueue(rr, int(self.env.now))
 
     # ----------------------------------------------------------------- completion
@@ -394,19 +376,14 @@ class Simulation:
         if self._streams:
             assert self.host is not None
             first, shown = self.host.deliver(
-                rid, int(self._worker[rid]), first, now, rr.req.output_tokens
+                rid, int(self.rec.worker[rid]), first, now, rr.req.output_tokens
             )
-        self._finish_us[rid] = shown
+        self.rec.finish_us[rid] = shown
         self._open -= 1
         if self.planner is not None:  # what the planner sees of the latencies
-            win = self._window
-            win.finished += 1
-            win.ttft_us += first - self._arrival_us[rid]
-            if rr.req.output_tokens > 1:
-                win.decoded += 1
-                win.itl_us += (shown - first) / (rr.req.output_tokens - 1)
+            self.observer.window.on_finish(rr.req, self.rec.arrival_us[rid], first, shown)
         if self.decode.draining:
-            self.decode.check_drained(self.decode.workers[self._worker[rid]], now)
+            self.decode.check_drained(self.decode.workers[self.rec.worker[rid]], now)
         self._release_followers(rid, shown)
         if self._monitor is not None:
             self._monitor.on_finish(rid, shown)
@@ -416,34 +393,6 @@ class Simulation:
             f = self.requests[fid]
             k = self.speedup
             self._push(max(now + _us(f.delay_s / k), _us(f.arrival_s / k)), fid)
-
-    # ---------------------------------------------------------- observation tick
-    def _on_plan_tick(self, ev: simpy.Event) -> None:
-        """The planner's sample, and its decision when one is due."""
-        now = int(self.env.now)
-        win = self._window
-        for name, pool in self.pools.items():
-            s = sample(pool, now)
-            win.samples.setdefault(name, []).append(s)
-            if self._sample_us is None:
-                self._samples[name].append(s)
-        assert self.planner is not None
-        assert self._plan_us is not None
-        if now >= self._next_adjust:
-            self.planner.adjust(now, win)
-            self._window = Window(start_us=now)
-            self._next_adjust = now + self._adjust_us
-        if self._open > 0:
-            schedule_timer(self.env, now + self._plan_us, 0, self._on_plan_tick, _TICK)
-
-    def _on_sample_tick(self, ev: simpy.Event) -> None:
-        """A timeline sample."""
-        now = int(self.env.now)
-        for name, pool in self.pools.items():
-            self._samples[name].append(sample(pool, now))
-        if self._open > 0:
-            assert self._sample_us is not None
-            schedule_timer(self.env, now + self._sample_us, 0, self._on_sample_tick, _TICK)
 
     # ---------------------------------------------------------------------- run
     def run(self, *, warmup_requests: int = 0, stop: SLOMonitor | None = None) -> SimResult:
@@ -460,191 +409,44 @@ class Simulation:
                 stop,
                 self.env,
                 slo=self.config.slo,
-                arrival_us=self._arrival_us,
-                first_token_us=self._first_token_us,
+                arrival_us=self.rec.arrival_us,
+                first_token_us=self.rec.first_token_us,
                 output_tokens=[r.output_tokens for r in self.requests],
                 warmup_requests=warmup_requests,
             )
             self._monitor.start()
         if self._heap:
             self._schedule_dispatch(self._heap[0][0])
-        if self._plan_us is not None and self._open > 0:
-            self._next_adjust = self._adjust_us
-            schedule_timer(self.env, 0, 0, self._on_plan_tick, _TICK)
-        if self._sample_us is not None and self._open > 0:
-            schedule_timer(self.env, 0, 0, self._on_sample_tick, _TICK)
+        self.observer.start()
         self.env.run()
         wall = time.perf_counter() - start
-        records = self._records()
         early = self._monitor.reason if self._monitor is not None else None
-        if early is None:
-            rejected = _mask(len(self.requests), self.rejections)
-            lost = np.flatnonzero((records.finish_us < 0) & ~rejected)
-            if lost.size:
-                raise RuntimeError(
-                    f"{lost.size} requests neither finished nor rejected: {lost[:5]}"
-                )
-        end_us = int(max(records.finish_us.max(initial=0), records.arrival_us.max(initial=0)))
-        metrics = summarize(
-            records,
-            slo=self.config.slo,
-            gpus=self.config.gpus,
-            gpu_hour_usd=self.perf.gpu_hour_usd,
-            warmup_requests=warmup_requests,
+        return self.rec.result(
+            self.config,
+            warmup_requests,
             wall_s=wall,
-            utilization=self._utilization(end_us),
             early_stop=early,
-            rejected_requests=len(self.rejections),
-            gpu_timeline=self._gpu_timeline() if self.planner is not None else None,
-            pools=self._pool_metrics(records, end_us, warmup_requests),
-            timeline=self._timeline() if self._plan_us or self._sample_us else None,
-            scaling_events=sum(p.scaling_events for p in self.pools.values()),
-        )
-        if self.host is not None:
-            host = self.host.metrics(
-                measured(records, warmup_requests),
-                _worker_us(self.entry, end_us),
-                _worker_us(self.decode, end_us),
-            )
-            metrics = dataclasses.replace(metrics, host=host)
-        workers = [w for p in self.pools.values() for w in p.workers]
-        return SimResult(
-            records=records,
-            metrics=metrics,
-            rejections=dict(self.rejections),
-            steps=sum(w.steps for w in workers),
-            events=sum(w.events for w in workers),
+            gpu_hour_usd=self.decode_perf.gpu_hour_usd,
+            sampled=self.observer.sampled,
             kv_bytes_sent=self.links.bytes_sent if self.links is not None else 0,
-            kv_bytes_received=self.kv_bytes_received,
-        )
-
-    # ------------------------------------------------------------------ results
-    def _utilization(self, end_us: int) -> float:
-        """Busy time of the workers over their provisioned time (0 for an empty run)."""
-        busy = sum(w.busy_us for p in self.pools.values() for w in p.workers)
-        worker_us = sum(_worker_us(p, end_us) for p in self.pools.values())
-        return busy / worker_us if worker_us > 0 else 0.0
-
-    def _gpu_timeline(self) -> GpuTimeline:
-        """Provisioned GPUs of all pools over time."""
-        times = sorted({t for p in self.pools.values() for t, _ in p.gpu_changes})
-        gpus = np.zeros(len(times))
-        for p in self.pools.values():
-            own = _pool_timeline(p)
-            gpus += own.gpus[np.searchsorted(own.times_us, times, side="right") - 1]
-        return GpuTimeline(np.array(times, dtype=np.int64), gpus)
-
-    def _pool_metrics(
-        self, records: RequestRecords, end_us: int, warmup: int
-    ) -> tuple[PoolMetrics, ...]:
-        rids = measured(records, warmup).tolist()
-        out = []
-        for name, pool in self.pools.items():
-            worker_us = _worker_us(pool, end_us)
-            legs = self._prefill_state if name == "prefill" else self._state
-            waits = [
-                (rr.admitted_us - rr.enqueued_us) / 1e3
-                for rid in rids
-                if (rr := legs[rid]) is not None and rr.admitted_us >= 0
-            ]
-            kv = [s.kv_usage for s in self._samples[name]]
-            counts = [g for _, g in pool.gpu_changes]
-            out.append(
-                PoolMetrics(
-                    name=name,
-                    tp=pool.tp,
-                    workers=worker_us / end_us if end_us > 0 else float(len(pool.active)),
-                    peak_workers=max(counts) // pool.tp,
-                    gpus=pool.tp * worker_us / end_us if end_us > 0 else float(pool.gpus),
-                    utilization=(
-                        sum(w.busy_us for w in pool.workers) / worker_us if worker_us else 0.0
-                    ),
-                    queue_time=Stat.of(np.array(waits, dtype=np.float64)),
-                    kv_usage=float(np.mean(kv)) if kv else NAN,
-                    scaling_events=pool.scaling_events,
-                )
-            )
-        return tuple(out)
-
-    def _timeline(self) -> dict[str, object]:
-        """Columns of the pool samples, per pool: time (s), workers, queue, KV usage."""
-        out: dict[str, object] = {}
-        for name, rows in self._samples.items():
-            out[name] = {
-                "t_s": [s.t_us / 1e6 for s in rows],
-                "provisioned_workers": [s.provisioned for s in rows],
-                "active_workers": [s.active for s in rows],
-                "waiting": [s.waiting for s in rows],
-                "running": [s.running for s in rows],
-                "kv_usage": [s.kv_usage for s in rows],
-            }
-        return out
-
-    def _first_token_us(self, rid: int) -> int:
-        if self.host is not None and self.host.first_us[rid] >= 0:  # as the client saw it
-            return int(self.host.first_us[rid])
-        rr = self._state[rid]
-        return rr.first_token_us if rr is not None else -1
-
-    def _records(self) -> RequestRecords:
-        n = len(self.requests)
-        first = np.full(n, -1, dtype=np.int64)
-        cached = np.zeros(n, dtype=np.int64)
-        preempt = np.zeros(n, dtype=np.int64)
-        for rid, rr in enumerate(self._state):
-            if rr is not None:
-                first[rid] = rr.first_token_us
-                cached[rid] = rr.cached_tokens
-                preempt[rid] = rr.preemptions
-            pr = self._prefill_state[rid]
-            if pr is not None:
-                preempt[rid] += pr.preemptions
-                if rr is None:
-                    cached[rid] = pr.cached_tokens
-        if self.host is not None and self._streams:  # the client's first token
-            first = np.where(self.host.first_us >= 0, self.host.first_us, first)
-        return RequestRecords(
-            arrival_us=self._arrival_us.copy(),
-            first_token_us=first,
-            finish_us=self._finish_us.copy(),
-            input_tokens=np.fromiter((r.input_tokens for r in self.requests), np.int64, n),
-            output_tokens=np.fromiter((r.output_tokens for r in self.requests), np.int64, n),
-            cached_tokens=cached,
-            worker=self._worker.copy(),
-            preemptions=preempt,
-            prefill_worker=self._prefill_worker.copy(),
-            transfer_us=self._transfer_us.copy(),
         )
 
 
-def _pool_timeline(pool: WorkerPool) -> GpuTimeline:
-    """Provisioned GPUs of ``pool`` over time."""
-    ts = np.array([t for t, _ in pool.gpu_changes], dtype=np.int64)
-    gs = np.array([g for _, g in pool.gpu_changes], dtype=np.float64)
-    return GpuTimeline(ts, gs)
-
-
-def _worker_us(pool: WorkerPool, end_us: int) -> float:
-    """Provisioned worker-time of ``pool`` over ``[0, end_us]``."""
-    return _pool_timeline(pool).gpu_us(0.0, float(end_us)) / pool.tp
-
-
-def _pool_perfs(
-    config: DeploymentConfig, perf: DeploymentPerf | Mapping[PoolName, DeploymentPerf] | None
-) -> dict[PoolName, DeploymentPerf]:
-    """Each pool's performance: given, or resolved from its view of the config.
-
-    Raises:
-        ConfigError, InfeasibleError: as ``resolve``; in disagg mode the field or message
-            names the pool (``decode.tp``, "decode pool: ...").
-    """
-    from dynosim.perf.deployment import DeploymentPerf, resolve_pools
-
-    if perf is None:
-        return resolve_pools(config)
-    if isinstance(perf, DeploymentPerf):
-        return {name: perf for name, _ in config.pools()}
-    return {name: perf[name] for name, _ in config.pools()}
+def _check_inputs(
+    requests: Sequence[Request], speedup: float, sample_interval_s: float | None
+) -> None:
+    """Refuse request ids out of order, a follower of a later request and bad rates."""
+    for i, r in enumerate(requests):
+        if r.id != i:
+            raise ConfigError("requests", f"request at position {i} has id {r.id}", "ids 0..n-1")
+        if r.after_id is not None and not 0 <= r.after_id < i:
+            raise ConfigError(f"requests[{i}].after_id", r.after_id, f"an id in [0, {i})")
+    if not (isinstance(speedup, int | float) and 0 < speedup < math.inf):
+        raise ConfigError("speedup", speedup, "a finite number > 0")
+    if sample_interval_s is not None and not (
+        isinstance(sample_interval_s, int | float) and 0 < sample_interval_s < math.inf
+    ):
+        raise ConfigError("sample_interval_s", sample_interval_s, "a finite number > 0")
 
 
 def _us(seconds: float) -> int:
@@ -654,12 +456,6 @@ def _us(seconds: float) -> int:
             " the workload's times and speed-up)"
         )  # fmt: skip
     return round(seconds * 1e6)
-
-
-def _mask(n: int, ids: dict[int, str]) -> np.ndarray:
-    m = np.zeros(n, dtype=bool)
-    m[list(ids)] = True
-    return m
 
 
 def simulate(

@@ -13,16 +13,31 @@ import simpy
 from simpy.events import EventPriority
 
 
-def schedule_timer(
-    env: simpy.Environment,
-    at_us: int,
-    version: int,
-    callback: Callable[[simpy.Event], None],
-    priority: EventPriority,
-) -> None:
-    """Call ``callback(event)`` at time ``at_us``; ``event.value`` is ``version``."""
-    ev = simpy.Event(env)
-    ev._ok = True
-    ev._value = version
-    ev.callbacks.append(callback)
-    env.schedule(ev, priority, at_us - env.now)
+class Timer(simpy.Event):
+    """An event that calls ``callback(timer)`` at time ``at_us``, with a priority.
+
+    Triggered when created, as :class:`simpy.Timeout` is (its ``__init__`` likewise sets the
+    event's state itself rather than calling ``Event.__init__``), but at an absolute time and
+    with a simpy priority, so that events of one instant run in a chosen order.
+
+    Attributes:
+        version: The number the timer was set with (also its ``value``): the owner's version
+            number then, or an id the callback needs (a request, a starting worker).
+    """
+
+    __slots__ = ("version",)
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        at_us: int,
+        version: int,
+        callback: Callable[[Timer], None],
+        priority: EventPriority,
+    ) -> None:
+        self.env = env
+        self.callbacks = [callback]
+        self._value = version
+        self._ok = True
+        self.version = version
+        env.schedule(self, priority, at_us - env.now)

@@ -11,11 +11,19 @@ GPUs, with starting and draining workers counted).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+
+import simpy
+from simpy.events import EventPriority
 
 from dynosim.cluster.pool import WorkerPool
 from dynosim.config import PlannerConfig, PoolName, SLOConfig
+from dynosim.timer import Timer
+from dynosim.types import Request
+
+TICK = EventPriority(2)
+"""simpy priority of the observation tick: after boundaries (0) and arrivals (1) at its instant."""
 
 
 @dataclass(slots=True)
@@ -43,6 +51,20 @@ class Window:
     ttft_us: int = 0
     decoded: int = 0  # requests with more than one output token among the finished
     itl_us: float = 0.0
+
+    def on_arrival(self, req: Request) -> None:
+        """Count an arrival: the traffic the planner sees."""
+        self.arrivals += 1
+        self.input_tokens += req.input_tokens
+        self.output_tokens += req.output_tokens
+
+    def on_finish(self, req: Request, arrival_us: int, first_us: int, finish_us: int) -> None:
+        """Count a completion: the latencies the planner sees (as the client saw the tokens)."""
+        self.finished += 1
+        self.ttft_us += first_us - arrival_us
+        if req.output_tokens > 1:
+            self.decoded += 1
+            self.itl_us += (finish_us - first_us) / (req.output_tokens - 1)
 
 
 def sample(pool: WorkerPool, now_us: int) -> PoolSample:
@@ -156,6 +178,81 @@ class Planner:
         c = max(1, round(ctx))
         expected_us = pool.perf.timing.step_us((), n, n * c)
         return max(1.0, (window.itl_us / window.decoded) / expected_us)
+
+
+class Observer:
+    """The periodic observation of the pools: a tick after every other event of its instant.
+
+    With a planner, every ``plan_us`` it samples each pool into the planner's :attr:`window`
+    (and into the timeline, unless that has its own ``sample_us``) and, every ``adjust_us``,
+    has the planner decide on that window, then opens a new one. With ``sample_us``, it also
+    samples the pools into the timeline that often. Sampling only reads state (and brings a
+    fast-forwarded worker's KV up to date, as routing does), so it changes nothing. The ticks
+    stop once ``busy()`` (some request is still open) is false.
+
+    Attributes:
+        window: What the planner has gathered since its last decision.
+        sampled: Whether the pools are sampled at all (there is a timeline).
+    """
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        pools: Mapping[PoolName, WorkerPool],
+        planner: Planner | None,
+        timeline: Mapping[str, list[PoolSample]],
+        *,
+        plan_us: int | None,
+        adjust_us: int,
+        sample_us: int | None,
+        busy: Callable[[], bool],
+    ) -> None:
+        self.env = env
+        self.pools = pools
+        self.planner = planner
+        self.timeline = timeline
+        self._plan_us = plan_us
+        self._adjust_us = adjust_us
+        self._sample_us = sample_us
+        self._busy = busy
+        self.sampled = bool(plan_us or sample_us)
+        self.window = Window()
+        self._next_adjust = 0
+
+    def start(self) -> None:
+        """Schedule the first ticks, at time 0 (none if no request is open)."""
+        if self._plan_us is not None and self._busy():
+            self._next_adjust = self._adjust_us
+            Timer(self.env, 0, 0, self._on_plan_tick, TICK)
+        if self._sample_us is not None and self._busy():
+            Timer(self.env, 0, 0, self._on_sample_tick, TICK)
+
+    def _on_plan_tick(self, ev: Timer) -> None:
+        """The planner's sample, and its decision when one is due."""
+        now = int(self.env.now)
+        win = self.window
+        for name, pool in self.pools.items():
+            s = sample(pool, now)
+            win.samples.setdefault(name, []).append(s)
+            if self._sample_us is None:
+                self.timeline[name].append(s)
+        assert self.planner is not None
+        assert self._plan_us is not None
+        if now >= self._next_adjust:
+            self.planner.adjust(now, win)
+            self.window = Window(start_us=now)
+            self._next_adjust = now + self._adjust_us
+        if self._busy():
+            Timer(self.env, now + self._plan_us, 0, self._on_plan_tick, TICK)
+
+    def _on_sample_tick(self, ev: Timer) -> None:
+        """A timeline sample."""
+        now = int(self.env.now)
+        for name, pool in self.pools.items():
+            self.timeline[name].append(sample(pool, now))
+        if self._busy():
+            assert self._sample_us is not None
+            Timer(self.env, now + self._sample_us, 0, self._on_sample_tick, TICK)
 
 
 def prefill_tokens_per_s(pool: WorkerPool, isl: float) -> float:

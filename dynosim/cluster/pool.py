@@ -20,9 +20,12 @@ from dynosim.engine.policies import VllmWorker
 from dynosim.engine.state import RunningRequest
 from dynosim.engine.worker import EngineWorker, FinishCallback, TokensCallback
 from dynosim.router import Router
-from dynosim.timer import schedule_timer
+from dynosim.timer import Timer
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from dynosim.config import DeploymentConfig
     from dynosim.perf.deployment import DeploymentPerf
 
 
@@ -105,7 +108,7 @@ class WorkerPool:
             self._activate(w)
         else:
             self.starting[w.index] = w
-            schedule_timer(self.env, now_us + startup_us, w.index, self._on_ready, NORMAL)
+            Timer(self.env, now_us + startup_us, w.index, self._on_ready, NORMAL)
         return w
 
     def remove(self, now_us: int) -> EngineWorker | None:
@@ -157,8 +160,8 @@ class WorkerPool:
         for w in self.workers:
             w.on_tokens = callback
 
-    def _on_ready(self, ev: simpy.Event) -> None:
-        w = self.starting.pop(ev._value, None)
+    def _on_ready(self, ev: Timer) -> None:
+        w = self.starting.pop(ev.version, None)
         if w is not None:  # not cancelled meanwhile
             self._activate(w)
 
@@ -180,3 +183,21 @@ class WorkerPool:
             self.gpu_changes[-1] = (t, g + delta)
         else:
             self.gpu_changes.append((now_us, g + delta))
+
+
+def pool_perfs(
+    config: DeploymentConfig, perf: DeploymentPerf | Mapping[PoolName, DeploymentPerf] | None
+) -> dict[PoolName, DeploymentPerf]:
+    """Each pool's performance: given, or resolved from its view of the config.
+
+    Raises:
+        ConfigError, InfeasibleError: as ``resolve``; in disagg mode the field or message
+            names the pool (``decode.tp``, "decode pool: ...").
+    """
+    from dynosim.perf.deployment import DeploymentPerf, resolve_pools
+
+    if perf is None:
+        return resolve_pools(config)
+    if isinstance(perf, DeploymentPerf):
+        return {name: perf for name, _ in config.pools()}
+    return {name: perf[name] for name, _ in config.pools()}

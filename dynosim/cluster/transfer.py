@@ -12,6 +12,11 @@ most its bandwidth, and a burst of transfers queues).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dynosim.config import DeploymentConfig
+    from dynosim.perf.deployment import DeploymentPerf
 
 
 class KVLinks:
@@ -24,6 +29,20 @@ class KVLinks:
         self._free_at: dict[int, int] = {}
         self.bytes_sent = 0
         self.transfers = 0
+
+    @classmethod
+    def between(
+        cls, config: DeploymentConfig, prefill: DeploymentPerf, decode: DeploymentPerf
+    ) -> KVLinks:
+        """The links of ``config``'s decode workers, from pools of these performances."""
+        from dynosim.perf.deployment import kv_link
+
+        gbps, latency_us = kv_link(config)
+        return cls(
+            bytes_per_token=max(prefill.kv_bytes_per_token, decode.kv_bytes_per_token),
+            gbps=gbps,
+            latency_us=latency_us,
+        )
 
     def duration_us(self, tokens: int) -> int:
         """Time on the link of ``tokens`` tokens' KV cache (the latency alone for none)."""

@@ -9,8 +9,9 @@ class RunningRequest:
     """A request as the engine sees it, from routing to completion.
 
     A request is waiting, prefilling (``computed < target``) or decoding. While decoding, its
-    progress is not stored per step: the worker's decode step counter ``S`` gives it, with
-    ``generated = g0 + S - s0`` and KV length ``len0 + S - s0``.
+    progress is not stored per step: the worker's decode step counter ``decode_clock`` gives
+    it, with ``generated = generated_at_join + decode_clock - clock_at_join`` and KV length
+    ``kv_len_at_join + decode_clock - clock_at_join``.
 
     In disaggregated serving a request has two of these: the prefill leg (``max_tokens=1``:
     it leaves its worker once the prompt is computed, as Dynamo sends a prefill worker the
@@ -23,22 +24,22 @@ class RunningRequest:
         "admitted_us",
         "blocks",
         "cached_tokens",
+        "clock_at_join",
         "computed",
         "enqueued_us",
         "extra_blocks",
         "finish_step",
         "first_token_us",
-        "g0",
         "generated",
+        "generated_at_join",
         "hashes",
-        "len0",
+        "kv_len_at_join",
         "max_tokens",
         "n_units_seen",
         "preemptions",
         "remote",
         "req",
         "reserved",
-        "s0",
         "seq",
         "target",
         "units",
@@ -69,9 +70,9 @@ class RunningRequest:
         self.cached_tokens = 0
         self.first_token_us = -1
         self.preemptions = 0
-        self.s0 = 0
-        self.g0 = 0
-        self.len0 = 0
+        self.clock_at_join = 0
+        self.generated_at_join = 0
+        self.kv_len_at_join = 0
         self.finish_step = -1
         # Holds the KV blocks of its whole output from admission (TRT-LLM's
         # GUARANTEED_NO_EVICT): it takes no block while decoding.

@@ -34,7 +34,7 @@ from dynosim.config import EngineConfig
 from dynosim.engine.kv_cache import PrefixKVCache
 from dynosim.engine.state import RunningRequest
 from dynosim.perf.protocol import StepTimeModel
-from dynosim.timer import schedule_timer
+from dynosim.timer import Timer
 from dynosim.types import HASH_BLOCK_TOKENS
 
 FinishCallback = Callable[[RunningRequest, int], None]
@@ -45,6 +45,26 @@ _NEVER = 1 << 62
 
 class EngineWorker:
     """A serving engine: a waiting queue, a running batch and a KV cache, stepped in time.
+
+    A scheduling policy is a subclass (:mod:`dynosim.engine.policies`). It overrides these
+    hooks, all called by this class:
+
+    * :meth:`_start_step` (required): form the step at a boundary and end with :meth:`_launch`;
+    * :meth:`_setup`: read the policy's own engine settings, once, at the end of ``__init__``;
+    * :meth:`on_idle`: the worker ran out of work;
+    * :meth:`_admissible_after`: where a decode-only segment must be cut because the waiting
+      head may become admissible during it (only when admission can change without a finish).
+
+    and forms steps with these helpers, which keep the queue, the decode aggregate and the KV
+    blocks consistent: :meth:`_prefix_hit` and :meth:`_pinned` (what admitting a request would
+    reuse and take from the evictable pool), :meth:`_take` (admit it), :meth:`_preempt` (free
+    a running request and queue it for recomputation), :meth:`_next_step_blocks` (new blocks
+    of the next decode step) and :meth:`_launch` (schedule the step formed). It reads the
+    queues (``waiting``, ``prefilling``, ``running``), ``kv``, the engine limits (``budget``,
+    ``max_seqs``, ``chunked``, ``block_size``) and the decode aggregate (``n_decode``,
+    ``n_paged``, ``decode_clock``, ``decode_steps``, ``_phase``). Itself it only reorders the
+    waiting queue, pops the request it passes to :meth:`_take`, and allocates the blocks of
+    the step it forms (``kv.allocate``, ``rr.blocks``).
 
     Attributes:
         steps: Engine steps completed so far.
@@ -80,11 +100,11 @@ class EngineWorker:
         self.running: dict[int, RunningRequest] = {}
         self.prefilling: list[RunningRequest] = []
         self._next_seq = 0
-        # Decoding requests, kept as aggregates over the decode step counter S.
-        self.S = 0
+        # Decoding requests, kept as aggregates over the decode step counter.
+        self.decode_clock = 0
         self.n_decode = 0
         self.n_paged = 0  # decoding requests that take a new block every block_size steps
-        self.decode_steps = 0  # steps that decoded (the S counter with its cuts)
+        self.decode_steps = 0  # steps that decoded (what the policies count; as decode_clock)
         self._step_decodes = False
         self._len_offset = 0
         # _phase[r]: decoding requests whose KV length is a multiple of the block size (so
@@ -159,21 +179,21 @@ class EngineWorker:
         if not self.busy:
             self.busy = True
             self._version += 1
-            schedule_timer(self.env, now_us, self._version, self._on_wake, NORMAL)
+            Timer(self.env, now_us, self._version, self._on_wake, NORMAL)
         elif self._seg_steps > 1:
             self._cut(now_us)
 
-    def _on_wake(self, ev: simpy.Event) -> None:
-        if ev._value == self._version:
+    def _on_wake(self, ev: Timer) -> None:
+        if ev.version == self._version:
             self._start_step(int(self.env.now))
 
     # ------------------------------------------------------------------- stepping
     def _schedule(self, at_us: int) -> None:
         self._version += 1
-        schedule_timer(self.env, at_us, self._version, self._on_boundary, URGENT)
+        Timer(self.env, at_us, self._version, self._on_boundary, URGENT)
 
-    def _on_boundary(self, ev: simpy.Event) -> None:
-        if ev._value != self._version:
+    def _on_boundary(self, ev: Timer) -> None:
+        if ev.version != self._version:
             return
         now = int(self.env.now)
         self.events += 1
@@ -185,12 +205,12 @@ class EngineWorker:
             n = self.n_decode if self._step_decodes else 0
             self.on_tokens(self, self._seg_ends[:k] if k > 1 else [now], n, firsts)
         if self._step_decodes:
-            self.S += k
+            self.decode_clock += k
             self.decode_steps += k
         self.steps += k
         self.busy_us += now - self._seg_start
         heap = self._finish_heap
-        while heap and heap[0][0] <= self.S:
+        while heap and heap[0][0] <= self.decode_clock:
             fs, seq, rr = heapq.heappop(heap)
             if rr.finish_step == fs and rr.seq == seq:
                 self._leave_decode(rr)
@@ -246,7 +266,7 @@ class EngineWorker:
         self.busy = True
         self._step_decodes = n > 0
         self._seg_start = now
-        kv_tokens = self._len_offset + n * (self.S + 1)
+        kv_tokens = self._len_offset + n * (self.decode_clock + 1)
         if step_prefill or not self.fast_forward or single:
             self._seg_steps = 1
             self._schedule(now + self.timing.step_us(shapes, n, kv_tokens))
@@ -261,10 +281,10 @@ class EngineWorker:
         heap = self._finish_heap
         while heap[0][2].finish_step != heap[0][0] or heap[0][2].seq != heap[0][1]:
             heapq.heappop(heap)
-        k = heap[0][0] - self.S
+        k = heap[0][0] - self.decode_clock
         if k > 1:
             bs = self.block_size
-            self._seg_top = (-self.S - 1) % bs  # the phase of step S + 1
+            self._seg_top = (-self.decode_clock - 1) % bs  # the phase of the next step
             # With a request waiting, stop before the first eviction: evicting a cached unit
             # can shrink its prefix hit, unpin blocks and make it admissible (stepping re-checks
             # admission every step). With nobody waiting, evictions change nothing here.
@@ -293,12 +313,16 @@ class EngineWorker:
         """
         return k
 
+    def _next_step_blocks(self) -> int:
+        """New KV blocks the decoding requests take in the next decode step."""
+        return self._phase[-self.decode_clock % self.block_size] if self.n_paged else 0
+
     def _demand(self, m: int) -> int:
         """New KV blocks of the ``m`` decode steps after the segment's first.
 
         In every ``block_size`` consecutive steps each decoding request takes one block; the
         ``m % block_size`` remaining steps take those of the phases they pass through, from
-        ``_seg_top`` (the phase of step ``S + 1``) downwards, wrapping around.
+        ``_seg_top`` (the phase of step ``decode_clock + 1``) downwards, wrapping around.
         """
         bs = self.block_size
         full, rest = divmod(m, bs)
@@ -376,24 +400,24 @@ class EngineWorker:
 
     # ------------------------------------------------------------ decode aggregate
     def _join_decode(self, rr: RunningRequest) -> None:
-        rr.s0 = self.S
-        rr.g0 = rr.generated
-        rr.len0 = rr.computed
-        off = rr.len0 - rr.s0
+        rr.clock_at_join = self.decode_clock
+        rr.generated_at_join = rr.generated
+        rr.kv_len_at_join = rr.computed
+        off = rr.kv_len_at_join - rr.clock_at_join
         if not rr.reserved:  # a request holding its whole KV takes no blocks while decoding
             self._phase[off % self.block_size] += 1
             self.n_paged += 1
         self._len_offset += off
         self.n_decode += 1
-        rr.finish_step = self.S + rr.max_tokens - rr.g0
+        rr.finish_step = self.decode_clock + rr.max_tokens - rr.generated_at_join
         heapq.heappush(self._finish_heap, (rr.finish_step, rr.seq, rr))
 
     def _leave_decode(self, rr: RunningRequest) -> None:
-        steps = self.S - rr.s0
-        kv_len = rr.len0 + steps
-        rr.generated = rr.g0 + steps
+        steps = self.decode_clock - rr.clock_at_join
+        kv_len = rr.kv_len_at_join + steps
+        rr.generated = rr.generated_at_join + steps
         rr.computed = kv_len
-        off = rr.len0 - rr.s0
+        off = rr.kv_len_at_join - rr.clock_at_join
         if not rr.reserved:
             rr.blocks = -(-kv_len // self.block_size)
             self._phase[off % self.block_size] -= 1

@@ -317,7 +317,7 @@ def test_an_added_worker_takes_traffic_only_after_its_cold_start(disagg: bool) -
         if not disagg:  # routed at arrival, so it arrived after the worker became ready
             assert np.all(rec.arrival_us[on_it] >= t_add + startup_us)
         for rid in np.flatnonzero(on_it):  # joined the worker's queue after it was ready
-            leg = sim._state[rid]
+            leg = sim.rec.state[rid]
             assert leg is not None
             assert leg.enqueued_us >= t_add + startup_us
     assert served > 0
@@ -347,7 +347,7 @@ def test_a_drained_worker_finishes_what_it_holds_then_frees_its_gpus(disagg: boo
         t_retire = retire_at[which, index]
         if which == "prefill":
             rids = np.flatnonzero(rec.prefill_worker == index)
-            legs = [sim._prefill_state[r] for r in rids]
+            legs = [sim.rec.prefill_state[r] for r in rids]
             done = [leg.first_token_us for leg in legs if leg is not None]  # prefill leg ends
             routed = [leg.enqueued_us for leg in legs if leg is not None]
         else:
@@ -357,7 +357,7 @@ def test_a_drained_worker_finishes_what_it_holds_then_frees_its_gpus(disagg: boo
             routed = [
                 leg.enqueued_us - int(rec.transfer_us[r])
                 for r in rids
-                if (leg := sim._state[r]) is not None
+                if (leg := sim.rec.state[r]) is not None
             ]
         assert all(t <= t_drain for t in routed)  # nothing new after the drain began
         assert t_retire == max([t_drain, *done])  # frees its GPUs as soon as it is empty

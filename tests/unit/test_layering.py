@@ -25,7 +25,8 @@ LAYERS = (
     ("dynosim.engine",),
     ("dynosim.router",),
     ("dynosim.cluster",),
-    ("dynosim.metrics", "dynosim.slo_monitor", "dynosim.host", "dynosim.simulation"),
+    ("dynosim.metrics", "dynosim.slo_monitor", "dynosim.host", "dynosim.recording",
+     "dynosim.simulation"),
     ("dynosim.validation",),
 )  # fmt: skip
 

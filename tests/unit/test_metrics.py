@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dynosim.config import SLOConfig
-from dynosim.metrics import RequestRecords, summarize
+from dynosim.metrics import RequestRecords, RunFacts, summarize
 
 
 def _records(arrival_ms, first_ms, finish_ms, osl):  # type: ignore[no-untyped-def]
@@ -25,10 +25,9 @@ def _records(arrival_ms, first_ms, finish_ms, osl):  # type: ignore[no-untyped-d
 
 
 def _summarize(rec: RequestRecords, **kw):  # type: ignore[no-untyped-def]
-    args = {"slo": SLOConfig(ttft_ms=100, itl_ms=20), "gpus": 2, "gpu_hour_usd": 3.6,
-            "warmup_requests": 0, "wall_s": 1.0}  # fmt: skip
+    args = {"slo": SLOConfig(ttft_ms=100, itl_ms=20), "warmup_requests": 0, "wall_s": 1.0}
     args.update(kw)
-    return summarize(rec, **args)
+    return summarize(rec, RunFacts(gpus=2, gpu_hour_usd=3.6), **args)
 
 
 def test_latencies_itl_and_goodput() -> None:

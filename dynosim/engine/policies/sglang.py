@@ -82,7 +82,7 @@ class SglangWorker(EngineWorker):
 
     def _reserved_tokens(self) -> int:
         """Sum over decoding requests of ``min(remaining output, 4096)``."""
-        s, clip = self.S, CLIP_MAX_NEW_TOKENS
+        s, clip = self.decode_clock, CLIP_MAX_NEW_TOKENS
         total = 0
         for rr in self.running.values():
             if rr.finish_step >= 0:
@@ -92,7 +92,7 @@ class SglangWorker(EngineWorker):
 
     # ------------------------------------------------------------------- stepping
     def _start_step(self, now: int) -> None:
-        kv, bs = self.kv, self.block_size
+        kv = self.kv
         step_prefill: list[tuple[RunningRequest, int]] = []
         shapes: list[tuple[int, int]] = []
         if not self.mixed:
@@ -101,11 +101,11 @@ class SglangWorker(EngineWorker):
                 self._launch(now, step_prefill, shapes, decodes=False, single=False)
                 return
         # The decode batch (mixed: with the prefill batch riding on it).
-        demand = self._phase[-self.S % bs] if self.n_paged else 0
+        demand = self._next_step_blocks()
         retracted = demand > kv.available
         if retracted:
             self._retract()
-            demand = self._phase[-self.S % bs] if self.n_paged else 0
+            demand = self._next_step_blocks()
         if demand:
             kv.allocate(demand)
         if self.mixed and not retracted:
@@ -215,12 +215,13 @@ class SglangWorker(EngineWorker):
             if not self._retract_one(min_decoders=1, prefilling=False):
                 break
         for keep in (1, 0):
-            while self._phase[-self.S % bs] > kv.available:
+            while self._next_step_blocks() > kv.available:
                 if not self._retract_one(min_decoders=keep, prefilling=True):
                     break
         decoding = [rr for rr in self.running.values() if rr.finish_step >= 0]
         if decoding:
-            done = sum(rr.g0 + self.S - rr.s0 for rr in decoding)
+            s = self.decode_clock
+            done = sum(rr.generated_at_join + s - rr.clock_at_join for rr in decoding)
             total = sum(rr.max_tokens for rr in decoding)
             self._ratio_base = min(1.0, (done + RETRACT_DECODE_STEPS * len(decoding)) / total)
             self._ratio_from = self.decode_steps + 1  # the retracting step does not decay it
@@ -231,10 +232,17 @@ class SglangWorker(EngineWorker):
         A decoding request (SGLang's order) if more than ``min_decoders`` decode, else the newest
         prefilling one if ``prefilling``.
         """
-        s = self.S
+        s = self.decode_clock
         victims = [rr for rr in self.running.values() if rr.finish_step >= 0]
         if len(victims) > min_decoders:
-            rr = min(victims, key=lambda r: (r.g0 + s - r.s0, -r.req.input_tokens, -r.seq))
+            rr = min(
+                victims,
+                key=lambda r: (
+                    r.generated_at_join + s - r.clock_at_join,
+                    -r.req.input_tokens,
+                    -r.seq,
+                ),
+            )
         elif prefilling and self.prefilling:
             rr = self.prefilling[-1]
         else:
@@ -264,14 +272,14 @@ class SglangWorker(EngineWorker):
         # Blocks taken by steps 2..j (step 1's are taken); mixed: also step j+1's.
         phase = np.asarray(self._phase, dtype=np.int64)
         steps = np.arange(1, k + (1 if self.mixed else 0), dtype=np.int64)
-        per_step = phase[(-(self.S + steps)) % bs]
+        per_step = phase[(-(self.decode_clock + steps)) % bs]
         taken = np.cumsum(per_step)
         before = taken[: k - 1] if self.mixed else np.concatenate(([0], taken[: k - 2]))
         avail = self.kv.available - before
         ok = required <= avail
         if not ok.any():
             return k
-        s, clip = self.S, CLIP_MAX_NEW_TOKENS
+        s, clip = self.decode_clock, CLIP_MAX_NEW_TOKENS
         rems = np.sort(
             np.array([r.finish_step - s for r in self.running.values() if r.finish_step >= 0],
                      dtype=np.int64)

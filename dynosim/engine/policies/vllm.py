@@ -27,7 +27,7 @@ class VllmWorker(EngineWorker):
         kv, bs = self.kv, self.block_size
         preempted = False
         while True:
-            demand = self._phase[-self.S % bs] if self.n_paged else 0
+            demand = self._next_step_blocks()
             left = self.budget - self.n_decode
             plan: list[tuple[RunningRequest, int, int]] = []
             for rr in self.prefilling:
