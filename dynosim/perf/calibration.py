@@ -53,6 +53,23 @@ for a slot and its TTFT counts from when it was issued; see
 :func:`dynosim.validation.validate.assume_client`)."""
 
 
+GENERATIONS = {
+    "hopper": ("h100_sxm", "h100_pcie", "h200_sxm"),
+    "blackwell": ("b200_sxm", "b300_sxm", "gb200", "gb300", "rtx_pro_6000_server"),
+}
+"""AIConfigurator systems by GPU architecture (NVIDIA: H100/H200 are Hopper, SM 9.0; B200,
+B300, GB200, GB300 and RTX PRO 6000 are Blackwell, SM 10.x/12.0). A calibration profile may
+hold step terms per generation (:attr:`BackendCalibration.generations`): the framework's host
+work per step runs on the node's CPUs and its kernels on another architecture (launch latency,
+CUDA-graph replay, the kernel choice of each backend), so both move with the generation while
+AIConfigurator's per-kernel tables already cover the GPU itself."""
+
+
+def gpu_generation(gpu: str) -> str | None:
+    """The generation of an AIConfigurator system (None: one of no :data:`GENERATIONS`)."""
+    return next((g for g, names in GENERATIONS.items() if gpu in names), None)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepCalibration:
     """Framework overhead and kernel correction of one engine step (times in microseconds)."""
