@@ -7,6 +7,9 @@ A profile is a YAML file (``calibration: PROFILE.yaml`` in a deployment; absent:
   per_token_us * tokens`` (host time AIConfigurator's kernel database lacks), and per-phase
   kernel correction factors ``decode`` (multiplies the kernel time of a step's decode requests)
   and ``prefill`` (what its prefill chunks add to it);
+* ``generations`` (optional): the same step terms for the GPUs of one generation
+  (:data:`GENERATIONS`), fitted where the calibration rows of that generation support it; a
+  GPU of a generation without its own terms takes ``step``;
 * ``host``: per-request host cost in front of the engine, ``request_us`` (HTTP, request setup,
   the tokenizer call, first-token streaming) and ``input_token_us`` (tokenisation per prompt
   token), and ``output_token_us``, the time the server's process spends streaming one output
@@ -148,6 +151,7 @@ class SourceCalibration:
 class BackendCalibration:
     """One backend's calibration: step overhead, host cost, residual spread.
 
+    ``generations``: step terms of their own for the GPUs of a generation (:meth:`step_for`).
     ``unrecorded_client``: the client model that best explained the fitted rows that record no
     client (``dynosim calibrate`` tries each of :data:`UNRECORDED_CLIENTS`); such rows of this
     backend are replayed with it. ``sources``: the measurement files (a row's ``source``)
@@ -160,6 +164,12 @@ class BackendCalibration:
     sigma: Mapping[str, float] = field(default_factory=dict)
     unrecorded_client: str = "closed-loop"
     sources: Mapping[str, SourceCalibration] = field(default_factory=dict)
+    generations: Mapping[str, StepCalibration] = field(default_factory=dict)
+
+    def step_for(self, gpu: str) -> StepCalibration:
+        """The step terms on ``gpu``: its generation's (:data:`GENERATIONS`), else ``step``."""
+        own = self.generations.get(gpu_generation(gpu) or "")
+        return own if own is not None else self.step
 
     def client_for(self, source: str) -> str:
         """The client model of a row from ``source`` that records none."""
@@ -204,6 +214,11 @@ class CalibrationProfile:
                     "sigma": dict(b.sigma),
                     "unrecorded_client": b.unrecorded_client,
                     **({"sources": _sources_dict(b.sources)} if b.sources else {}),
+                    **(
+                        {"generations": {g: asdict(c) for g, c in sorted(b.generations.items())}}
+                        if b.generations
+                        else {}
+                    ),
                 }
                 for name, b in sorted(self.backends.items())
             },
@@ -270,6 +285,18 @@ def _section(where: str, name: str, data: object, keys: tuple[str, ...]) -> dict
     return dict(data)
 
 
+STEP_KEYS = ("base_us", "per_request_us", "per_token_us", "prefill", "decode")
+
+
+def _step(where: str, name: str, raw: object) -> StepCalibration:
+    s = _section(where, f"{name} with", raw, STEP_KEYS)
+    return StepCalibration(**{
+        k: _number(where, f"{name}.{k}", v, 0.0 if k.endswith("_us") else 0.01,
+                   1e7 if k.endswith("_us") else 100.0)
+        for k, v in s.items()
+    })  # fmt: skip
+
+
 def profile_from_dict(data: object, where: str) -> CalibrationProfile:
     """Build a profile from parsed YAML; ``where`` (the file) names it in errors.
 
@@ -283,18 +310,17 @@ def profile_from_dict(data: object, where: str) -> CalibrationProfile:
     backends_raw = _section(where, "backends with", top.get("backends"), BACKENDS)
     backends = {}
     for name, raw in backends_raw.items():
-        keys = ("step", "host", "sigma", "unrecorded_client", "sources")
+        keys = ("step", "host", "sigma", "unrecorded_client", "sources", "generations")
         b = _section(where, f"backends.{name} with", raw, keys)
-        step_keys = ("base_us", "per_request_us", "per_token_us", "prefill", "decode")
-        s = _section(where, f"backends.{name}.step with", b.get("step"), step_keys)
+        step = _step(where, f"backends.{name}.step", b.get("step"))
+        gens = _section(where, f"backends.{name}.generations with", b.get("generations"),
+                        tuple(GENERATIONS))  # fmt: skip
+        generations = {
+            g: _step(where, f"backends.{name}.generations.{g}", v) for g, v in gens.items()
+        }
         h = _section(where, f"backends.{name}.host with", b.get("host"),
                      ("request_us", "input_token_us", "output_token_us"))  # fmt: skip
         g = _section(where, f"backends.{name}.sigma with", b.get("sigma"), METRICS)
-        step = StepCalibration(**{
-            k: _number(where, f"backends.{name}.step.{k}", v, 0.0 if k.endswith("_us") else 0.01,
-                       1e7 if k.endswith("_us") else 100.0)
-            for k, v in s.items()
-        })  # fmt: skip
         host = HostCalibration(
             **{k: _number(where, f"backends.{name}.host.{k}", v, 0.0, 1e7) for k, v in h.items()}
         )
@@ -303,9 +329,9 @@ def profile_from_dict(data: object, where: str) -> CalibrationProfile:
         client = _client(where, f"backends.{name}.unrecorded_client",
                          b.get("unrecorded_client", "closed-loop"))  # fmt: skip
         sources = _sources(where, f"backends.{name}.sources", b.get("sources"))
-        backends[name] = BackendCalibration(
-            step=step, host=host, sigma=sigma, unrecorded_client=client, sources=sources
-        )
+        backends[name] = BackendCalibration(step=step, host=host, sigma=sigma,
+                                            unrecorded_client=client, sources=sources,
+                                            generations=generations)  # fmt: skip
     fitted = top.get("fitted_on") or {}
     if not isinstance(fitted, Mapping):
         raise ConfigError("calibration", where, "fitted_on a mapping")

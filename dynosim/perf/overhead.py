@@ -101,7 +101,7 @@ def step_calibration(config: DeploymentConfig) -> StepCalibration:
     """
     if config.framework_overhead_us is not None:
         return StepCalibration(base_us=float(config.framework_overhead_us))
-    return deployment_profile(config).backend(config.backend).step
+    return deployment_profile(config).backend(config.backend).step_for(config.gpu)
 
 
 def framework_overhead(config: DeploymentConfig) -> FrameworkOverhead:

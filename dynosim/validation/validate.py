@@ -241,7 +241,7 @@ def replay(
             config = replace(config, host=cost.host_config(m.backend, delays=host_in_sim))
             cost = HostCalibration() if host_in_sim else replace(cost, output_token_us=0.0)
         requests, warmup = row_requests(m, rounds)
-        perf = row_perf(m, step or cal.step, timing)
+        perf = row_perf(m, step or cal.step_for(m.gpu), timing)
         rec = Simulation(config, requests, perf=perf).run(warmup_requests=warmup).records
     except DynosimError as exc:
         return RowResult(m, nan, nan, str(exc))

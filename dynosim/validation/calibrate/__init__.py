@@ -28,23 +28,28 @@ that of these held-out predictions: the error to expect on a configuration not f
 """
 
 from dynosim.validation.calibrate.fit import (
+    GENERATION_ROWS,
     SOURCE_HOST_ROWS,
     STREAMING_GAIN,
     STREAMING_GRID_US,
     BackendFit,
     FitOptions,
     fit_backend,
+    fit_generations,
     fit_host,
     fit_theta,
+    row_steps,
 )
 from dynosim.validation.calibrate.linear import (
     PARAMS,
     PROBES,
+    STEP_PARAMS,
     Design,
     calibration_theta,
     design,
     host_matrix,
     predict,
+    step_calibration,
     theta_calibration,
 )
 from dynosim.validation.calibrate.profile import (
@@ -55,9 +60,11 @@ from dynosim.validation.calibrate.profile import (
 )
 
 __all__ = [
+    "GENERATION_ROWS",
     "PARAMS",
     "PROBES",
     "SOURCE_HOST_ROWS",
+    "STEP_PARAMS",
     "STREAMING_GAIN",
     "STREAMING_GRID_US",
     "BackendFit",
@@ -68,11 +75,14 @@ __all__ = [
     "choose_clients",
     "design",
     "fit_backend",
+    "fit_generations",
     "fit_host",
     "fit_theta",
     "group_errors",
     "host_matrix",
     "mixed_design",
     "predict",
+    "row_steps",
+    "step_calibration",
     "theta_calibration",
 ]

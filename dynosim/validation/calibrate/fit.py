@@ -18,20 +18,30 @@ import numpy as np
 import numpy.typing as npt
 from scipy.optimize import least_squares
 
-from dynosim.perf.calibration import BackendCalibration, HostCalibration
-from dynosim.validation.calibrate.linear import F64, PARAMS, Design, host_matrix, predict
+from dynosim.perf.calibration import BackendCalibration, HostCalibration, gpu_generation
+from dynosim.validation.calibrate.linear import (
+    F64,
+    PARAMS,
+    STEP_PARAMS,
+    Design,
+    host_matrix,
+    predict,
+)
 from dynosim.validation.measurement import Measurement
 from dynosim.validation.validate import replay
 
 __all__ = [
+    "GENERATION_ROWS",
     "SOURCE_HOST_ROWS",
     "STREAMING_GAIN",
     "STREAMING_GRID_US",
     "BackendFit",
     "FitOptions",
     "fit_backend",
+    "fit_generations",
     "fit_host",
     "fit_theta",
+    "row_steps",
 ]
 
 FACTOR_PRIOR = {3: 0.0, 4: 1.0}
@@ -51,6 +61,8 @@ class FitOptions:
             (:func:`fit_host`; only with ``fit_host``).
         source_hosts: Fit host delays per measurement file (:func:`fit_host`; only with
             ``fit_host``).
+        generations: Fit step terms per GPU generation where the rows support it
+            (:func:`fit_generations`).
     """
 
     fit_factors: bool = True
@@ -59,10 +71,15 @@ class FitOptions:
     factor_prior: float = 3.0
     fit_streaming: bool = True
     source_hosts: bool = True
+    generations: bool = True
 
 
 def fit_theta(
-    d: Design, idx: npt.NDArray[np.intp], opts: FitOptions, own: Sequence[str] = ()
+    d: Design,
+    idx: npt.NDArray[np.intp],
+    opts: FitOptions,
+    own: Sequence[str] = (),
+    slots: npt.NDArray[np.intp] | None = None,
 ) -> F64:
     """Least-squares parameters on the rows ``idx`` of ``d`` (see the module docstring).
 
@@ -71,29 +88,56 @@ def fit_theta(
     no own source when they are :data:`SOURCE_HOST_ROWS` or more, else refitted on all rows of
     ``idx`` (:func:`_host_delays`, with the step terms fitted): a few rows of small files say
     less about that than every file together.
+
+    ``slots`` (one integer per row of ``d``, 0 to S - 1) fits S sets of step terms
+    (:data:`STEP_PARAMS`), each on the rows of its slot, together with one set of host delays:
+    the result is the S sets one after the other, then the host delays. A slot without rows
+    in ``idx`` keeps the neutral terms (no overhead, kernel factors 1).
     """
-    n_params = len(PARAMS) + 2 * len(own)
+    k = len(STEP_PARAMS)
+    slot = np.zeros(len(d.rows), dtype=np.intp) if slots is None else slots
+    n_slots = int(slot.max()) + 1 if len(slot) else 1
+    base = len(PARAMS) + 2 * len(own)
+    n_params = base + (n_slots - 1) * k
+    h0 = n_slots * k  # first host parameter
+
+    def spread(a: F64) -> F64:
+        """``a``'s step columns moved to each row's slot."""
+        out = np.zeros((len(a), n_params))
+        for j in range(n_slots):
+            mine = slot[idx] == j
+            out[mine, j * k : (j + 1) * k] = a[mine, :k]
+        out[:, h0:] = a[:, k:]
+        return out
+
     free = np.ones(n_params, dtype=bool)
-    if not opts.fit_factors:
-        free[[3, 4]] = False
-    if not opts.fit_host:
-        free[5:] = False
     fixed = np.zeros(n_params)
-    fixed[4] = 1.0
+    counts = np.bincount(slot[idx], minlength=n_slots)
+    for j in range(n_slots):
+        fixed[j * k + 4] = 1.0
+        if not opts.fit_factors:
+            free[[j * k + 3, j * k + 4]] = False
+        if counts[j] == 0:
+            free[j * k : (j + 1) * k] = False
+    if not opts.fit_host:
+        free[h0:] = False
     att = host_matrix(d, own)
-    at = att[idx] / d.measured_ttft[idx, None]
-    ap = np.zeros((len(idx), n_params))
-    ap[:, : len(PARAMS)] = d.tpot[idx] / d.measured_tpot[idx, None]
+    at = spread(att[idx] / d.measured_ttft[idx, None])
+    tp = np.zeros((len(idx), base))
+    tp[:, : len(PARAMS)] = d.tpot[idx] / d.measured_tpot[idx, None]
+    ap = spread(tp)
     a = np.vstack([opts.ttft_weight * at, ap])
     b = np.concatenate([np.full(len(idx), opts.ttft_weight), np.ones(len(idx))])
-    n = max(len(idx), 1)
     prior_rows, prior_b = [], []
-    for k in (3, 4):
-        if free[k]:
-            row = np.zeros(n_params)
-            row[k] = opts.factor_prior * math.sqrt(n) / math.sqrt(len(PARAMS))
-            prior_rows.append(row)
-            prior_b.append(row[k] * FACTOR_PRIOR[k])
+    for j in range(n_slots):
+        for q in (3, 4):
+            if free[j * k + q]:
+                row = np.zeros(n_params)
+                row[j * k + q] = (
+                    opts.factor_prior * math.sqrt(max(counts[j], 1)) / math.sqrt(len(PARAMS))
+                )
+                prior_rows.append(row)
+                prior_b.append(row[j * k + q] * FACTOR_PRIOR[q])
     if prior_rows:
         a = np.vstack([a, np.array(prior_rows)])
         b = np.concatenate([b, np.array(prior_b)])
@@ -115,9 +159,10 @@ def fit_theta(
     theta[free] = res.x / scale
     rest = np.abs(att[idx, 5:7]).any(axis=1).sum()
     if own and opts.fit_host and rest < SOURCE_HOST_ROWS:
-        engine = att[idx] @ theta - att[idx, 5:] @ theta[5:]
-        theta[5:7] = _host_delays(engine, d.ttft[idx, 6] * 1e3, d.measured_ttft[idx],
-                                  opts.ttft_weight)  # fmt: skip
+        full = spread(att[idx])
+        engine = full @ theta - full[:, h0:] @ theta[h0:]
+        theta[h0 : h0 + 2] = _host_delays(engine, d.ttft[idx, 6] * 1e3, d.measured_ttft[idx],
+                                          opts.ttft_weight)  # fmt: skip
     return theta
 
 
@@ -133,6 +178,7 @@ class BackendFit:
     loo_tpot: F64
     output_token_us: float = 0.0  # the host's streaming cost (fitted by :func:`fit_host`)
     own: list[str] = field(default_factory=list)  # sources with host delays of their own
+    generations: dict[str, F64] = field(default_factory=dict)  # step terms per GPU generation
 
     @property
     def source_hosts(self) -> dict[str, tuple[float, float]]:
@@ -143,7 +189,8 @@ class BackendFit:
 
     def fitted(self) -> tuple[F64, F64]:
         """In-sample (TTFT, TPOT) of the linear model (without the streaming cost)."""
-        return predict(self.design, self.theta, self.own)
+        steps = row_steps(self.design, self.theta, self.generations)
+        return predict(self.design, self.theta, self.own, steps)
 
     def held_out_error(self) -> float:
         """Mean absolute relative error of the held-out TTFT plus that of the held-out TPOT."""
@@ -168,26 +215,89 @@ def _configurations(d: Design) -> Iterator[npt.NDArray[np.bool_]]:
         yield np.array([k == c for k in configs])
 
 
+GENERATION_ROWS = 24
+"""A GPU generation gets step terms of its own (:func:`fit_generations`) when the fit has at
+least this many of its rows, from two configurations or more (the rule of
+:data:`SOURCE_HOST_ROWS`: enough rows that one configuration can be held out)."""
+
+
+def fit_generations(
+    d: Design, idx: npt.NDArray[np.intp], opts: FitOptions, own: Sequence[str], theta: F64
+) -> tuple[F64, dict[str, F64]]:
+    """Step terms (:data:`STEP_PARAMS`) of each GPU generation the rows ``idx`` support.
+
+    Why per generation: the framework's work per step (Python scheduling, sampling, CUDA-graph
+    launches) runs on another host CPU and GPU on a Blackwell node than on a Hopper one, and
+    each backend picks other kernels per architecture than the ones AIConfigurator timed, so
+    the overheads and kernel factors fitted on one generation need not hold on another. Each
+    generation of :func:`~dynosim.perf.calibration.gpu_generation` with at least
+    :data:`GENERATION_ROWS` rows of two configurations or more among ``idx`` gets terms of
+    its own, fitted on its rows by :func:`fit_theta` (same loss, same prior on the kernel
+    factors) jointly with the host delays, which stay one set for the backend; when the rows
+    are all of one generation there is nothing to tell apart and the backend's terms are its.
+
+    Returns ``theta`` with the host delays of the joint fit (its step terms, the backend's,
+    stay those of ``theta``: what a GPU of another generation runs with) and the terms of
+    each generation (empty: ``theta`` unchanged).
+    """
+    gens = [gpu_generation(m.gpu) or "" for m in d.rows]
+    present = sorted({gens[i] for i in idx})
+    kept = [
+        g
+        for g in present
+        if g
+        and len(present) > 1
+        and sum(gens[i] == g for i in idx) >= GENERATION_ROWS
+        and len({d.configuration(d.rows[i]) for i in idx if gens[i] == g}) >= 2
+    ]
+    if not kept:
+        return theta, {}
+    slots = np.array([kept.index(g) + 1 if g in kept else 0 for g in gens], dtype=np.intp)
+    joint = fit_theta(d, idx, opts, own, slots)
+    k = len(STEP_PARAMS)
+    out = theta.copy()
+    out[k:] = joint[(len(kept) + 1) * k :]
+    return out, {g: joint[(j + 1) * k : (j + 2) * k] for j, g in enumerate(kept)}
+
+
+def row_steps(d: Design, theta: F64, generations: dict[str, F64]) -> F64:
+    """The step terms each row of ``d`` runs with: its generation's, else ``theta``'s."""
+    steps = np.tile(theta[: len(STEP_PARAMS)], (len(d.rows), 1))
+    for i, m in enumerate(d.rows):
+        own = generations.get(gpu_generation(m.gpu) or "")
+        if own is not None:
+            steps[i] = own
+    return steps
+
+
 def fit_backend(d: Design, backend: str, before: F64, opts: FitOptions) -> BackendFit:
     """Fit on all rows of ``d``, and leave each configuration out in turn.
 
     With ``opts.source_hosts`` each big enough measurement file of rows that record no client
     (:func:`_own_sources`) has host delays of its own: the TTFT floor a harness adds (its
     HTTP client, where it tokenises, what it counts) is the campaign's, as its client is.
+    With ``opts.generations`` the step terms are fitted per GPU generation where the rows
+    support it (:func:`fit_generations`); a held-out configuration whose generation then has
+    too few rows left is predicted with the backend's terms.
     """
     own = _own_sources(d.rows) if opts.source_hosts and opts.fit_host else []
     all_idx = np.arange(len(d.rows))
-    theta = fit_theta(d, all_idx, opts, own)
+
+    def fit(idx: npt.NDArray[np.intp]) -> tuple[F64, dict[str, F64]]:
+        th = fit_theta(d, idx, opts, own)
+        return fit_generations(d, idx, opts, own, th) if opts.generations else (th, {})
+
+    theta, gens = fit(all_idx)
     loo_t, loo_p = np.empty(len(d.rows)), np.empty(len(d.rows))
-    pt, pp = predict(d, theta, own)
+    pt, pp = predict(d, theta, own, row_steps(d, theta, gens))
     for out in _configurations(d):
         if out.all():  # one configuration only: nothing to hold out against
             loo_t[out], loo_p[out] = pt[out], pp[out]
             continue
-        th = fit_theta(d, all_idx[~out], opts, own)
-        t, p = predict(d, th, own)
+        th, g = fit(all_idx[~out])
+        t, p = predict(d, th, own, row_steps(d, th, g))
         loo_t[out], loo_p[out] = t[out], p[out]
-    return BackendFit(backend, d, theta, before, loo_t, loo_p, own=own)
+    return BackendFit(backend, d, theta, before, loo_t, loo_p, own=own, generations=gens)
 
 
 STREAMING_GRID_US = (0.0, 30.0, 60.0, 75.0, 90.0, 105.0, 120.0, 150.0)
@@ -301,7 +411,7 @@ def fit_host(
         t, p = np.empty(len(d.rows)), np.empty(len(d.rows))
         for i, m in enumerate(d.rows):
             stream = HostCalibration(output_token_us=a if streamed[i] else 0.0)
-            r = replay(m, rounds=rounds, timing=timing, step=cal.step, host=stream,
+            r = replay(m, rounds=rounds, timing=timing, step=cal.step_for(m.gpu), host=stream,
                        unrecorded_client=cal.client_for(m.source))  # fmt: skip
             t[i], p[i] = r.ttft_ms, r.tpot_ms
         if progress is not None:
@@ -328,4 +438,4 @@ def fit_host(
         loo_delay[out] = delay[out]
     loo_t = f.loo_ttft - linear_host + (t - t0) + loo_delay
     return BackendFit(f.backend, d, theta, f.before, loo_t, f.loo_tpot + (p - p0),
-                      output_token_us=best, own=f.own)  # fmt: skip
+                      output_token_us=best, own=f.own, generations=f.generations)  # fmt: skip

@@ -22,17 +22,21 @@ from dynosim.validation.validate import assume_client, replay, row_requests
 __all__ = [
     "PARAMS",
     "PROBES",
+    "STEP_PARAMS",
     "Design",
     "calibration_theta",
     "design",
     "host_matrix",
     "predict",
+    "step_calibration",
     "theta_calibration",
 ]
 
 F64 = npt.NDArray[np.float64]
 PARAMS = ("base_us", "per_request_us", "per_token_us", "prefill_over_decode", "decode",
           "request_us", "input_token_us")  # fmt: skip
+STEP_PARAMS = PARAMS[:5]
+"""The step terms of ``theta`` (the rest are the host delays)."""
 # One probe per step term: the step calibration, and the parameter value it stands for.
 PROBES: tuple[tuple[StepCalibration, float], ...] = (
     (StepCalibration(base_us=1000.0, prefill=0.0, decode=0.0), 1000.0),
@@ -160,12 +164,26 @@ def host_matrix(d: Design, own: Sequence[str] = ()) -> F64:
     return a
 
 
-def predict(d: Design, theta: F64, own: Sequence[str] = ()) -> tuple[F64, F64]:
+def predict(
+    d: Design, theta: F64, own: Sequence[str] = (), steps: F64 | None = None
+) -> tuple[F64, F64]:
     """Predicted (TTFT, TPOT) in ms of every row of ``d`` with parameters ``theta``.
 
-    ``theta`` has the host delays of each source of ``own`` after :data:`PARAMS`'s.
+    ``theta`` has the host delays of each source of ``own`` after :data:`PARAMS`'s. ``steps``
+    (rows x :data:`STEP_PARAMS`) gives each row step terms of its own instead of ``theta``'s
+    (per GPU generation: :func:`~dynosim.validation.calibrate.fit.row_steps`).
     """
-    return host_matrix(d, own) @ theta, d.tpot @ theta[: len(PARAMS)]
+    ttft, tpot = host_matrix(d, own) @ theta, d.tpot @ theta[: len(PARAMS)]
+    if steps is None:
+        return ttft, tpot
+    k = len(STEP_PARAMS)
+    delta = steps - theta[:k]
+    return ttft + (d.ttft[:, :k] * delta).sum(axis=1), tpot + (d.tpot[:, :k] * delta).sum(axis=1)
+
+
+def step_calibration(step: F64) -> StepCalibration:
+    """The step calibration of the step terms (:data:`STEP_PARAMS`), rounded for the profile."""
+    return theta_calibration(np.concatenate([step[: len(STEP_PARAMS)], np.zeros(2)]))[0]
 
 
 def theta_calibration(theta: F64) -> tuple[StepCalibration, HostCalibration]:

@@ -29,6 +29,7 @@ from dynosim.validation.calibrate.linear import (
     Design,
     calibration_theta,
     design,
+    step_calibration,
     theta_calibration,
 )
 from dynosim.validation.measurement import Measurement
@@ -168,7 +169,9 @@ def calibrate(
         default, chosen, f = choose_clients(ms, designs, backend, before, opts)
         step, host = theta_calibration(f.theta)
         sources = {s: SourceCalibration(client=c) for s, c in chosen.items() if c != default}
-        cal = BackendCalibration(step=step, host=host, unrecorded_client=default, sources=sources)
+        gens = {g: step_calibration(v) for g, v in f.generations.items()}
+        cal = BackendCalibration(step=step, host=host, unrecorded_client=default, sources=sources,
+                                 generations=gens)  # fmt: skip
         if opts.fit_host:
             f = fit_host(f, cal, rounds=rounds, timing=timing, opts=opts)
             step, host = theta_calibration(f.theta)
