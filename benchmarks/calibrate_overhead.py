@@ -1,25 +1,28 @@
 """Refit the shipped calibration profile on the calibration groups and print the errors.
 
-The fit itself is ``dynosim calibrate`` (:mod:`dynosim.validation.calibrate`): every row of the
-calibration groups of AIConfigurator's ``silicon_sample.csv``
+The fit itself is ``dynosim calibrate`` (:mod:`dynosim.validation.calibrate`) on every
+aggregated row of the 11 calibration groups of AIConfigurator's ``silicon_sample.csv``
+(``CALIBRATION_GROUPS`` in :mod:`dynosim.validation.silicon`, issue 19: one or more per backend
+and GPU generation):
 
-* meta-llama/Llama-3.1-8B-Instruct / h100_sxm / trtllm / agg
-* Qwen/Qwen3-32B / h100_sxm / trtllm / agg   (fp8)
-* Qwen/Qwen3-32B / h100_sxm / sglang / agg
+* TRT-LLM: Llama-3.1-8B-Instruct / h100_sxm, Qwen3-32B / h100_sxm, Qwen3-235B-A22B-FP8 /
+  h100_sxm, gpt-oss-120b / b200_sxm, DeepSeek-V3 / b200_sxm
+* SGLang: Qwen3-32B / h100_sxm, DeepSeek-R1 / b200_sxm
+* vLLM: Qwen3-235B-A22B-FP8 / h200_sxm, gpt-oss-120b / h100_sxm, MiniMax-M2.5 / b200_sxm,
+  Llama-3.1-70B / b200_sxm
 
-is replayed with the client model that explains its backend's rows best: they record no client
-(their sources are files on someone's machine), so each backend is fitted as a fixed-length
-closed loop and as InferenceX's client (all clients at once, 10 x c prompts, lengths jittered in
-[0.8, 1] x nominal, no warm-ups) and the smaller held-out error wins (SGLang: closed loop;
-TRT-LLM: InferenceX); the step overhead, kernel factors and host per-request cost are fitted by
-least squares on the simulator's own step schedule. All other rows are held out
-(``dynosim validate``).
+Rows that record no client (AIConfigurator's own files) are replayed with the client model
+that explains each file best (closed loop, InferenceX's client, or ``queued``); InferenceX rows
+with their recorded client. Per backend the step overhead, kernel factors (per GPU generation
+where a generation has enough rows of two configurations or more, else the backend's), host
+delays and streaming cost are fitted by least squares on the simulator's own step schedule,
+and the fit prints TTFT/TPOT per group before, after and leave-one-configuration-out. Every
+other row is held out (``benchmarks/fidelity.py``).
 
-This script prints the before / after / leave-one-configuration-out errors without writing the
-shipped profile (``--out`` a scratch file); to regenerate the shipped one run the command in
-``search/commands/calibrate.py``'s docstring (``--out dynosim/perf/profiles/default.yaml``).
-
-Run: ``.venv/bin/python benchmarks/calibrate_overhead.py [--out PROFILE.yaml]``.
+Run: ``.venv/bin/python benchmarks/calibrate_overhead.py [--out PROFILE.yaml]``; with ``--out
+dynosim/perf/profiles/default.yaml`` it regenerates the shipped profile (the command it runs is
+written into the profile's header). Without ``--out`` the profile is printed, not written.
+On this 2-core VM it takes 15-60 minutes depending on load.
 """
 
 from __future__ import annotations

@@ -9,8 +9,11 @@ pooled TTFT and TPOT figures (MAPE, median absolute error, signed bias, in %), t
 group and per slice (backend, GPU generation, dense / MoE / MoE with attention DP > 1, mode),
 and the median simulated/measured ratio per concurrency bucket (<= 8, 9-64, > 64 clients).
 
-Rows counted apart (listed in their own slice, and the pooled figures are given with and
-without them): rows whose step times are partly AIConfigurator estimates (the replay raises
+The pooled figures (and the concurrency buckets) are over the aggregated rows; the slices by
+backend, generation and architecture include the replayable disaggregated rows, which also
+have a slice of their own (``mode: disagg``). Rows counted apart (listed in their own slice,
+and the pooled figures are given with and without them): rows whose step times are partly
+AIConfigurator estimates (the replay raises
 :class:`~dynosim.perf.aic.EstimatedTimingWarning`, HYBRID database mode) and rows of an
 architecture the step-time model does not time as measured (hybrid linear attention: a model
 with Gated DeltaNet layers).
@@ -256,8 +259,15 @@ def _line(label: str, s: dict[str, Any]) -> str:
 
 
 def summary_table(data: dict[str, Any]) -> str:
-    """The README table: pooled and per slice, both sets, and the bucket ratios."""
-    lines = [HEAD]
+    """The README table: rows, pooled and per slice, both sets, and the bucket ratios."""
+    lines = ["| set | rows | aggregated replayed | refused | estimated / unmodelled |",
+             "|---|---:|---:|---:|---:|"]  # fmt: skip
+    for name, s in data.items():
+        share = s["agg_replayed"] / max(s["agg_rows"], 1)
+        lines.append(f"| {name} | {s['rows']} | {s['agg_replayed']} of {s['agg_rows']} "
+                     f"({share:.0%}) | {s['rows'] - s['replayed']} | "
+                     f"{s['estimated']} / {s['unmodelled']} |")  # fmt: skip
+    lines += ["", HEAD]
     for name, s in data.items():
         lines.append(_line(f"**{name}** pooled (agg)", s["pooled_agg"]))
         lines.append(_line(f"{name}: without estimated / unmodelled", s["pooled_agg_clean"]))
@@ -327,8 +337,16 @@ def main(argv: list[str] | None = None) -> int:
     print(summary_table(data))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
+            per_row = [
+                {"where": m.where, "group": "/".join(m.group), "concurrency": m.concurrency,
+                 "measured_ttft_ms": m.ttft_ms, "measured_tpot_ms": m.tpot_ms,
+                 "simulated_ttft_ms": o.ttft_ms if o.refused is None else None,
+                 "simulated_tpot_ms": o.tpot_ms if o.refused is None else None,
+                 "refused": o.refused, "estimated": o.estimated}
+                for m, o in zip(rows, outcomes, strict=True)
+            ]  # fmt: skip
             json.dump({"sample": args.sample, "match": args.match, "seconds": elapsed,
-                       "sets": data}, f, indent=1)  # fmt: skip
+                       "sets": data, "rows": per_row}, f, indent=1)  # fmt: skip
     if args.markdown:
         with open(args.markdown, "w", encoding="utf-8") as f:
             f.write(summary_table(data))

@@ -1,0 +1,69 @@
+"""benchmarks/fidelity.py: the same rows give the same figures, bit for bit, on 1 or 2 processes,
+and the calibration set is exactly CALIBRATION_GROUPS' aggregated rows."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from dynosim.validation.silicon import CALIBRATION_GROUPS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _fidelity() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("fidelity", ROOT / "benchmarks" / "fidelity.py")
+    assert spec is not None
+    assert spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["fidelity"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_pooled_figures_are_reproducible_bit_for_bit() -> None:
+    fid = _fidelity()
+    rows = fid.rows_to_replay("Llama-3.1-8B-Instruct/h100_sxm/trtllm/agg", 60)
+    assert [m.where for m in rows] == [
+        m.where for m in fid.rows_to_replay("Llama-3.1-8B-Instruct/h100_sxm", 60)
+    ]
+    assert len(rows) == 3  # 177 rows, every 60th: rows 0, 60, 120
+    outcomes = fid.run(rows, jobs=1, progress=False)
+    one = fid.summarise(rows, outcomes)
+    two = fid.summarise(rows, fid.run(rows, jobs=2, progress=False))
+    assert json.dumps(one, sort_keys=True) == json.dumps(two, sort_keys=True)
+    cal = one["calibration"]
+    assert (cal["rows"], cal["agg_replayed"], one["held-out"]["rows"]) == (3, 3, 0)
+    pooled = cal["pooled_agg"]
+    errs = sorted(abs(o.ttft_ms / m.ttft_ms - 1) for m, o in zip(rows, outcomes, strict=True))
+    assert pooled["ttft_mape"] == pytest.approx(100 * sum(errs) / 3, rel=1e-12)
+    assert pooled["ttft_medae"] == pytest.approx(100 * errs[1], rel=1e-12)
+    assert abs(pooled["tpot_bias"]) <= pooled["tpot_mape"]
+
+
+def test_the_calibration_set_is_the_issue_19_groups() -> None:
+    assert len(CALIBRATION_GROUPS) == 11
+    assert len(set(CALIBRATION_GROUPS)) == 11
+    fid = _fidelity()
+    backends = {b for _, _, b in CALIBRATION_GROUPS}
+    assert backends == {"vllm", "sglang", "trtllm"}
+    for backend in backends:  # one or more per backend and GPU generation
+        gens = {fid.gpu_generation(g) for _, g, b in CALIBRATION_GROUPS if b == backend}
+        assert gens == {"hopper", "blackwell"}, backend
+
+
+@pytest.mark.parametrize("text", ["Qwen/Qwen3-32B/h100_sxm/sglang/disagg"])
+def test_disaggregated_rows_of_a_calibration_group_are_held_out(text: str) -> None:
+    fid = _fidelity()
+    rows = fid.rows_to_replay(text, 1)
+    assert rows
+    assert all(m.mode == "disagg" for m in rows)
+    fake = [fid.Outcome(i, 1.0, 1.0, None, False) for i in range(len(rows))]
+    data = fid.summarise(rows, fake)
+    assert data["calibration"]["rows"] == 0
+    assert data["held-out"]["rows"] == len(rows)
