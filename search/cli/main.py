@@ -30,6 +30,10 @@ COMMANDS = {
         "study.export",
         "Print a trial as launch commands for its backend and an AIPerf check.",
     ),
+    "recommend": (
+        "study.recommend",
+        "Answer 'what carries my traffic within my SLOs?' with a quick capacity study.",
+    ),
     "validate": (
         "simulator.validate",
         "Replay measured benchmark points in the simulator and report the error.",
