@@ -18,18 +18,20 @@ import sys
 import time
 from pathlib import Path
 
-from dynosim.errors import DynosimError
+from dynosim.errors import ConfigError, DynosimError
 
 JOURNAL_OP_CODE = b'{"op_code":'
 """How every line of Optuna's journal starts (``json.dumps`` with compact separators)."""
 STORAGES = "an Optuna journal file written by dynosim, sqlite:///FILE or a database URL"
 
 
-class NotStorageError(DynosimError):
+class NotStorageError(ConfigError):
     """A ``--storage`` path names a file that is not a study storage: it is left untouched."""
 
     def __init__(self, where: str, why: str) -> None:
-        super().__init__(f"not a dynosim study storage: {where} {why}; allowed: {STORAGES}")
+        self.field, self.value, self.allowed = "--storage", where, STORAGES
+        message = f"not a dynosim study storage: {where} {why}; allowed: {STORAGES}"
+        DynosimError.__init__(self, message)  # not ConfigError's FIELD: got VALUE wording
 
 
 def check_journal(path: Path) -> None:

@@ -9,7 +9,7 @@ the study; it takes over only when the lease is stale: no heartbeat for ``ttl_s`
 ran on this host and its process is gone (a crash is then seen at once).
 
 In a journal file the lease is read and written under the journal's lock with nothing in
-between (:func:`search.store.backend.atomic`): a compare-and-swap. Optuna has no such thing for
+between (:meth:`StudyRecord.atomic`): a compare-and-swap. Optuna has no such thing for
 the other storages, so there taking a lease writes it, waits ``SETTLE_S`` and reads it back: of
 two drivers starting together, the one whose write landed last keeps the study and the other
 refuses. A heartbeat that finds another holder's token stops
@@ -171,10 +171,10 @@ class Lease:
         Raises:
             StudyLockedError: A live driver holds the study, or won a simultaneous start.
         """
-        from search.store.backend import JournalStore, atomic
+        from search.store.backend import JournalStore
 
         me = Holder.me(TTL_S if ttl_s is None else ttl_s)
-        with atomic(record.storage):  # a journal: read and write with no driver in between
+        with record.atomic():  # a journal: read and write with no driver in between
             refuse_if_held(record)
             previous = current_holder(record)
             record.set_system_attr(LEASE_KEY, asdict(me))

@@ -93,9 +93,10 @@ def _check_sqlite(path: Path, url: str, *, create: bool) -> None:
     if not head and create:
         return
     if head != SQLITE_MAGIC:
-        raise NotStorageError(str(path), f"is not a SQLite database ({head[:16]!r})")
+        why = f"is not a SQLite database that holds Optuna studies ({head[:16]!r})"
+        raise NotStorageError(str(path), why)
     if not _has_optuna_schema(path):
-        raise NotStorageError(str(path), "is a SQLite database without Optuna's tables")
+        raise NotStorageError(str(path), "is a SQLite database that holds no Optuna studies")
 
 
 def _open_rdb(url: str) -> optuna.storages.RDBStorage:

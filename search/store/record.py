@@ -129,6 +129,21 @@ class StudyRecord:
             raise _write_failed(exc, url, name) from None
         return cls(storage, name, url=url)
 
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """The writes inside land together or not at all (a journal; elsewhere one by one).
+
+        Raises:
+            StorageUnavailableError: The writes could not be made (a full disk).
+        """
+        from search.store.backend import atomic
+
+        try:
+            with atomic(self.storage):
+                yield
+        except OSError as exc:
+            raise _write_failed(exc, self.url, self.name) from None
+
     def unfinished_creation(self) -> bool:
         """Whether a kill interrupted this study's creation: no study file and no trial."""
         if self.user_attrs.get(STUDY) is not None:
