@@ -122,7 +122,7 @@ class StudyRecord:
 
         try:
             _retry_locked(make)
-        except optuna.exceptions.DuplicatedStudyError:
+        except (optuna.exceptions.DuplicatedStudyError, KeyError):  # KeyError: deleted meanwhile
             why = "a new study name (another driver created it just now)"
             raise ConfigError("name", name, why) from None
         except OSError as exc:

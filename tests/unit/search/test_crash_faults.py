@@ -305,3 +305,17 @@ def test_a_study_whose_creation_was_interrupted_is_started_again(
     st = optuna.load_study(study_name="t", storage=open_storage(url, create=False))
     assert sum(t.state == TS.COMPLETE for t in st.trials) == 3
     assert isinstance(st.user_attrs["study"], dict)
+
+
+def test_two_tunes_of_one_new_study_at_once_one_runs_one_refuses(tmp_path: Path) -> None:
+    storage = tmp_path / "s.journal"
+    study = study_file(tmp_path, storage, max_trials=6)
+    procs = [start(["tune", str(study)], sleep_s=0.2) for _ in range(2)]
+    results = [(p.wait(timeout=120), p.stderr.read().decode() if p.stderr else "") for p in procs]
+    assert sorted(rc for rc, _ in results) == [0, 2], results
+    (refused,) = [err for rc, err in results if rc == 2]
+    lines = refused.strip().splitlines()
+    assert len(lines) == 1, refused
+    assert "Traceback" not in refused
+    assert len(completed(storage)) == 6
+    assert storage.read_bytes().count(b'"op_code":0,') == 1  # one study created
