@@ -195,14 +195,19 @@ class Lease:
         return lease
 
     def renew(self) -> None:
-        """Write a new heartbeat unless another driver took the lease over."""
-        now = current_holder(self.record)
-        if now is None or now.token != self.holder.token:
-            who = "nobody" if now is None else f"driver {now.label}"
-            self.lost = f"its lease on study {self.record.name!r} is now held by {who}"
-            return
-        beat = asdict(self.holder) | {"heartbeat": time.time()}
-        self.record.set_system_attr(LEASE_KEY, beat)
+        """Write a new heartbeat unless another driver took the lease over.
+
+        In a journal the check and the write are one compare-and-swap: a heartbeat never
+        overwrites a takeover that landed just before it.
+        """
+        with self.record.atomic():
+            now = current_holder(self.record)
+            if now is None or now.token != self.holder.token:
+                who = "nobody" if now is None else f"driver {now.label}"
+                self.lost = f"its lease on study {self.record.name!r} is now held by {who}"
+                return
+            beat = asdict(self.holder) | {"heartbeat": time.time()}
+            self.record.set_system_attr(LEASE_KEY, beat)
         self.renewed_at = time.monotonic()
 
     def _beat(self) -> None:
