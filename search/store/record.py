@@ -244,12 +244,16 @@ class StudyRecord:
 
 def _write_failed(exc: OSError, url: str, name: str) -> StorageUnavailableError:
     """One line for a storage file that could not be written: what, where, how to resume."""
+    import errno
+
     why = exc.strerror or str(exc) or type(exc).__name__
     where = url or exc.filename or "the storage"
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    fix = "once space is freed" if full else "once the file can be written again"
     return StorageUnavailableError(
-        f"storage {where}: a write failed ({why}, errno {exc.errno}); the failed write left no "
-        f"trace and every completed trial is stored: once it can be written again (free "
-        f"space), run `dynosim resume {name} --storage {url or 'URL'}`"
+        f"storage {where}: {why} (errno {exc.errno}); the failed write left no trace and every "
+        f"completed trial is stored: {fix}, run `dynosim resume {name} --storage "
+        f"{url or 'URL'}`"
     )
 
 
