@@ -56,7 +56,7 @@ def check_journal(path: Path) -> None:
     if not head:
         raise NotStorageError(str(path), "is empty (dynosim never leaves a journal empty)")
     first, newline, _ = head.partition(b"\n")
-    if not head.startswith(JOURNAL_OP_CODE) or (newline and not _is_record(first)):
+    if not head.startswith(JOURNAL_OP_CODE) or (newline and not _line_ok(first + newline)):
         raise NotStorageError(str(path), f"does not start with a journal record ({head[:24]!r})")
     cut = tail.rfind(b"\n", 0, len(tail) - 1 if tail.endswith(b"\n") else len(tail))
     whole = cut >= 0 or size <= len(tail)  # else the last line is longer than the tail read
