@@ -121,13 +121,16 @@ def run_study(
         record = StudyRecord(storage, sf.name, url=sf.storage)
         check_directions(record.directions, problem.directions)
     else:
-        record = StudyRecord.create(storage, sf.name, problem.directions, url=sf.storage)
+        attrs = {
+            schema.STUDY: sf.data,
+            schema.OBJECTIVES: [o.to_dict() for o in problem.objectives],
+            schema.CONSTRAINTS: problem.constraint_dicts(),
+            schema.HV_HISTORY: [],
+        }
+        record = StudyRecord.create(
+            storage, sf.name, problem.directions, attrs=attrs, url=sf.storage
+        )
     with Lease.acquire(record):  # before the reload fails the trials a dead driver left RUNNING
-        if not resume:
-            record.set_attr(schema.STUDY, sf.data)
-            record.set_attr(schema.OBJECTIVES, [o.to_dict() for o in problem.objectives])
-            record.set_attr(schema.CONSTRAINTS, problem.constraint_dicts())
-            record.set_attr(schema.HV_HISTORY, [])
         record.set_attr(schema.STATUS, "running")
         return _drive(sf, record, requests, warmup_requests, workload_name, simulate_fn,
                       evaluator, progress)  # fmt: skip
