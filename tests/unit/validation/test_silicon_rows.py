@@ -6,6 +6,10 @@ InferenceX point: ``..._c256_tp4_ep4_946`` ran with TP 4 and EP 4 on 4 GPUs).
 
 from __future__ import annotations
 
+import csv
+from pathlib import Path
+
+from dynosim.validation.measurements import read_measurements
 from dynosim.validation.silicon import parse_row
 
 _DUMP = "source_file=2026-04-06.csv; model=DeepSeek-R1; silicon_concurrency={c}; wip=False"
@@ -71,3 +75,24 @@ def test_rows_in_aiconfigurators_own_convention_are_unchanged() -> None:
     # EP 1 points of the dump read the same either way.
     assert _shape(_row("sglang", "deepseek-ai/DeepSeek-R1", 8, "1", 8, 1, 8,
                        _DUMP.format(c=8)))[:4] == (8, 1, 8, 1)  # fmt: skip
+
+
+def test_validate_replays_the_row_on_the_gpus_it_ran_on(tmp_path: Path) -> None:
+    """``read_measurements`` (what ``validate`` replays) takes parse_row's shape, tp included."""
+    r = _row("trtllm", "deepseek-ai/DeepSeek-R1", 1, "16", 4, 4, 16, _DUMP.format(c=256))
+    r |= {"id": "x", "backend_version": "1.2.0", "pp_size": "1"}
+    path = tmp_path / "rows.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(r))
+        w.writeheader()
+        w.writerow(r)
+    (m,) = read_measurements(path)
+    assert (m.tp, m.attention_dp, m.moe_tp, m.ep, m.concurrency) == (1, 4, 1, 4, 256)
+    sglang = _row("sglang", "deepseek-ai/DeepSeek-R1", 16, "1", 4, 4, 64, _DUMP.format(c=64))
+    sglang |= {"id": "y", "backend_version": "0.5.9"}
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(sglang))
+        w.writeheader()
+        w.writerow(sglang)
+    (s,) = read_measurements(path)
+    assert (s.tp, s.attention_dp, s.moe_tp, s.ep, s.concurrency) == (4, 1, 1, 4, 64)
