@@ -140,6 +140,7 @@ def _silicon(path: Path, line: int, r: dict[str, str]) -> Measurement:
     return replace(
         base,
         concurrency=row.concurrency,  # batch_size x attention_dp: the clients of all ranks
+        tp=row.tp,  # attention TP per DP rank, as parse_row reads the row's GPUs
         dtype=row.dtype,
         ep=row.ep,
         moe_tp=row.moe_tp,
