@@ -122,15 +122,24 @@ def run_study(
         check_directions(record.directions, problem.directions)
     else:
         record = StudyRecord.create(storage, sf.name, problem.directions, url=sf.storage)
-    with Lease.acquire(record):  # before the reload fails the trials a dead driver left RUNNING
+    try:
+        with Lease.acquire(record):  # before the reload fails the trials a dead driver left RUNNING
+            if not resume:
+                record.set_attr(schema.STUDY, sf.data)
+                record.set_attr(schema.OBJECTIVES, [o.to_dict() for o in problem.objectives])
+                record.set_attr(schema.CONSTRAINTS, problem.constraint_dicts())
+                record.set_attr(schema.HV_HISTORY, [])
+            record.set_attr(schema.STATUS, "running")
+            return _drive(sf, record, requests, warmup_requests, workload_name, simulate_fn,
+                          evaluator, progress)  # fmt: skip
+    except BaseException:
+        # A new study that never started a trial (an unreachable cluster, a bad token, Ctrl-C
+        # while connecting) holds nothing; left behind, it would refuse its own name next time.
         if not resume:
-            record.set_attr(schema.STUDY, sf.data)
-            record.set_attr(schema.OBJECTIVES, [o.to_dict() for o in problem.objectives])
-            record.set_attr(schema.CONSTRAINTS, problem.constraint_dicts())
-            record.set_attr(schema.HV_HISTORY, [])
-        record.set_attr(schema.STATUS, "running")
-        return _drive(sf, record, requests, warmup_requests, workload_name, simulate_fn,
-                      evaluator, progress)  # fmt: skip
+            with contextlib.suppress(Exception):
+                if not record.trials():
+                    record.call(storage.delete_study, record.study_id)
+        raise
 
 
 def _drive(
