@@ -31,6 +31,7 @@ from search.export.dynamo import (
 )
 from search.export.engines import VLLM_BLOCK_SIZES, engine_part, trtllm_options
 from search.export.parts import FRONTEND_PORT, Command, Part, TrialInfo, slug
+from search.export.quant import checkpoint_part
 
 __all__ = [
     "FRONTEND_PORT",
@@ -72,6 +73,7 @@ class Export:
     pools: tuple[Part, ...] = ()
     pool_yamls: tuple[tuple[str, str], ...] = ()
     planner: Part | None = None
+    checkpoint: Part | None = None
 
     def yaml_files(self) -> tuple[tuple[str, str], ...]:
         """Every TRT-LLM YAML the commands name, as ``(path, text)``."""
@@ -82,7 +84,8 @@ class Export:
     def to_text(self) -> str:
         """Plain text: ``#`` comments and commands, blank lines between the parts."""
         lines = [f"# {h}" for h in self.header]
-        parts = [self.engine, *([self.router] if self.router else []), *self.pools]
+        parts = [*([self.checkpoint] if self.checkpoint else []), self.engine]
+        parts += [*([self.router] if self.router else []), *self.pools]
         parts += [*([self.planner] if self.planner else []), self.aiperf]
         for p in parts:
             lines += ["", f"# ---- {p.title}"]
@@ -105,6 +108,7 @@ class Export:
         return {
             "header": list(self.header),
             "feasible": self.feasible,
+            "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None,
             "engine": self.engine.to_dict(),
             "router": self.router.to_dict() if self.router else None,
             "pools": [p.to_dict() for p in self.pools],
@@ -164,6 +168,7 @@ def export_trial(
             pools=tuple(pools),
             pool_yamls=tuple(yamls),
             planner=planner,
+            checkpoint=checkpoint_part(cfg),
         )
     yaml_path = f"{yaml_stem}.yaml"
     engine, yaml_text = engine_part(cfg, yaml_path)
@@ -176,6 +181,7 @@ def export_trial(
         trtllm_yaml_path=yaml_path if yaml_text is not None else None,
         feasible=trial.feasible,
         planner=planner,
+        checkpoint=checkpoint_part(cfg),
     )
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from search.export.parts import FRONTEND_PORT, Command, Part, TrialInfo, num, slug
+from search.export.quant import served_model
 
 if TYPE_CHECKING:
     from dynosim.config import DeploymentConfig
@@ -62,8 +63,9 @@ def aiperf_part(
     spec_error: str | None,
 ) -> Part:
     """``aiperf profile`` at the load the trial's metrics were simulated at."""
-    argv = ["aiperf", "profile", "--model", cfg.model, "--url", f"localhost:{FRONTEND_PORT}",
-            "--endpoint-type", "chat", "--streaming"]  # fmt: skip
+    argv = ["aiperf", "profile", "--model", served_model(cfg),
+            "--url", f"localhost:{FRONTEND_PORT}", "--endpoint-type", "chat",
+            "--streaming"]  # fmt: skip
     notes: list[str] = []
     raw_workload = study.get("workload")
     workload: Mapping[str, Any] = raw_workload if isinstance(raw_workload, Mapping) else {}

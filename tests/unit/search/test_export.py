@@ -271,7 +271,9 @@ def test_trtllm_command_and_yaml(caching: bool, dtype: str) -> None:
     assert ex.trtllm_yaml_path == "out/trtllm-demo-trial4.yaml"
     for cmd in ex.engine.commands:
         a = parse(trtllm_parser(), cmd, 1)
-        assert (a.model, a.backend, a.tensor_parallel_size) == (MODEL, "pytorch", 2)
+        # an fp8 trial serves its FP8 checkpoint (issue 20: not the BF16 model it names)
+        served = MODEL if dtype == "bf16" else "checkpoints/Llama-3.1-8B-Instruct-FP8"
+        assert (a.model, a.backend, a.tensor_parallel_size) == (served, "pytorch", 2)
         assert (a.max_batch_size, a.max_num_tokens, a.free_gpu_memory_fraction) == (128, 4096, 0.85)
         assert a.extra_llm_api_options == ex.trtllm_yaml_path
         assert a.enable_chunked_prefill is True
@@ -412,8 +414,9 @@ def test_infeasible_trial_still_exports() -> None:
 def test_text_and_json_forms_agree() -> None:
     ex = run(config(backend="trtllm", workers=2), {"workload": {"trace": TRACE}})
     d = ex.to_dict()
-    assert set(d) == {"header", "feasible", "engine", "router", "pools", "planner", "trtllm_yaml",
-                      "trtllm_yaml_path", "pool_yamls", "aiperf", "files"}  # fmt: skip
+    assert set(d) == {"header", "feasible", "checkpoint", "engine", "router", "pools", "planner",
+                      "trtllm_yaml", "trtllm_yaml_path", "pool_yamls", "aiperf",
+                      "files"}  # fmt: skip
     text = ex.to_text()
     for part in ("engine", "router", "aiperf"):
         for c in d[part]["commands"]:
