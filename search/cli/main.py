@@ -40,6 +40,9 @@ COMMANDS = {
         "simulator.calibrate",
         "Fit a calibration profile (step and host overheads) to measurements.",
     ),
+    "models": ("simulator.catalog", "List the models that can be simulated."),
+    "gpus": ("simulator.catalog", "List the GPUs, their specs and the price used for cost."),
+    "backends": ("simulator.catalog", "List the backends and where AIConfigurator has data."),
 }
 
 
