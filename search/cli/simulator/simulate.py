@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
         from search.results.pages.timeline import write_timeline
 
         with writing("--timeline", args.timeline):
-            write_timeline(result, args.timeline, title=title)
+            write_timeline(result, args.timeline, title=title, slo=config.slo)
         console.print(f"timeline written to {args.timeline}")
     return 0
 
