@@ -130,10 +130,19 @@ def run_study(
         record = StudyRecord.create(
             storage, sf.name, problem.directions, attrs=attrs, url=sf.storage
         )
-    with Lease.acquire(record):  # before the reload fails the trials a dead driver left RUNNING
-        record.set_attr(schema.STATUS, "running")
-        return _drive(sf, record, requests, warmup_requests, workload_name, simulate_fn,
-                      evaluator, progress)  # fmt: skip
+    try:
+        with Lease.acquire(record):  # before the reload fails the trials a dead driver left RUNNING
+            record.set_attr(schema.STATUS, "running")
+            return _drive(sf, record, requests, warmup_requests, workload_name, simulate_fn,
+                          evaluator, progress)  # fmt: skip
+    except BaseException:
+        # A new study that never started a trial (an unreachable cluster, a bad token, Ctrl-C
+        # while connecting) holds nothing; left behind, it would refuse its own name next time.
+        if not resume:
+            with contextlib.suppress(Exception):
+                if not record.trials():
+                    record.call(storage.delete_study, record.study_id)
+        raise
 
 
 def _drive(

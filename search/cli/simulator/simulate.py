@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,12 @@ from dynosim.files import load_deployment
 from dynosim.metrics import LATENCY_METRICS, Metrics
 from dynosim.simulation import Simulation
 from dynosim.workload import Workload, head, load_trace_workload, load_workload_file, speedup
-from search.cli.shared import make_console, writing
+from search.cli.shared import (
+    make_console,
+    refuse_trace_as_workload,
+    slo_unit_warnings,
+    writing,
+)
 
 
 def add_parser(p: argparse.ArgumentParser) -> None:
@@ -71,7 +78,12 @@ def run(args: argparse.Namespace) -> int:
     from dynosim.perf.overhead import with_calibration
 
     console = make_console()
+    if args.workload is not None:
+        refuse_trace_as_workload(args.workload)
     config = with_calibration(load_deployment(args.deployment), args.deployment.parent)
+    slo = {f"slo.{k}": v for k, v in dataclasses.asdict(config.slo).items() if v is not None}
+    for line in slo_unit_warnings(slo):
+        warnings.warn(line, UserWarning, stacklevel=1)
     interval = args.timeline_interval
     if not (math.isfinite(interval) and interval > 0):
         raise DynosimError(f"--timeline-interval: got {interval}; allowed: a number of seconds > 0")
@@ -127,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
         from search.results.pages.timeline import write_timeline
 
         with writing("--timeline", args.timeline):
-            write_timeline(result, args.timeline, title=title)
+            write_timeline(result, args.timeline, title=title, slo=config.slo)
         console.print(f"timeline written to {args.timeline}")
     return 0
 
