@@ -58,7 +58,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write the study, run it, print the best configurations and their launch commands."""
-    from search.cli.study.export import run as export_run
+    from search.cli.study import export
     from search.cli.study.tune import execute
     from search.study.study_file import load_study_file
 
@@ -74,11 +74,9 @@ def run(args: argparse.Namespace) -> int:
         return 1
     for rank, number in enumerate(best, 1):
         print(f"\n=== recommendation {rank}: trial #{number} ===")
-        export_run(
-            argparse.Namespace(
-                name=name, trial=number, storage=args.storage, format="text", out=None
-            )
-        )
+        parser = argparse.ArgumentParser(prog="dynosim export")
+        export.add_parser(parser)  # the export command's own defaults
+        export.run(parser.parse_args([name, "--trial", str(number), "--storage", args.storage]))
     return 0
 
 
