@@ -156,3 +156,18 @@ def with_margin(
         sigma = max(profile.sigma(b, kind) for b in backends) if kind else 0.0
         out.append(dataclasses.replace(c, value=tighten(c.metric, c.op, c.value, sigma, q)))
     return tuple(out)
+
+
+def stored_notes(data: Mapping[str, Any]) -> list[str]:
+    """:func:`slo_notes` of a stored study file (``StudyFile.data``); ``[]`` if unreadable."""
+    slo = (data.get("deployment") or {}).get("slo") or {}
+    raw = data.get("constraints") or []
+    if not isinstance(slo, Mapping) or not isinstance(raw, list):
+        return []
+    try:
+        kept, waived = split_constraints("", raw)
+        explicit = [Constraint.parse(c, "constraints") for c in kept]
+    except ConfigError:
+        return []
+    declared = {k: v for k, v in slo.items() if k in SLO_METRICS and v is not None}
+    return slo_notes(explicit, declared, waived)
