@@ -145,8 +145,9 @@ def print_outcome(sf: StudyFile, state: RunState) -> None:
     console = make_console()
     study = load_study(sf.storage, sf.name)
     counts = trial_counts(study.get_trials(deepcopy=False))
+    refused = f" ({state.n_refused} refused unsimulated)" if state.n_refused else ""
     console.print(
-        f"study [bold]{state.name}[/]: {state.status}; {counts.summary()}, "
+        f"study [bold]{state.name}[/]: {state.status}; {counts.summary()}{refused}, "
         f"hypervolume {state.hypervolume:.4f}; storage {sf.storage}"
     )
     for block, plain in outcome_blocks(study):
