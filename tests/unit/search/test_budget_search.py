@@ -98,3 +98,27 @@ def test_refused_trials_do_not_end_a_generation(tmp_path: Path) -> None:
     history = load_study(sf.storage, sf.name).user_attrs["hv_history"]  # type: ignore[attr-defined]
     # generations of 10 simulated trials: 9 full ones and the final forced entry
     assert len(history) == 90 // 10 + 1
+
+
+def test_resampling_keeps_the_branch_the_sampler_chose() -> None:
+    """A free redraw would favour the branch with fewer refusals; the branch knob is kept."""
+    import numpy as np
+    import optuna
+
+    from search.study.space import Space
+
+    space = Space.from_dict({"knobs": {
+        "mode": {"type": "choice", "values": ["agg", "disagg"]},
+        "tp": {"type": "choice", "values": [1, 2, 4, 8], "when": {"mode": "agg"}},
+        "prefill.workers": {"type": "int", "low": 1, "high": 10, "when": {"mode": "disagg"}},
+    }})  # fmt: skip
+
+    def buildable(p: dict[str, object]) -> bool:  # 1 disagg point in 10 fits
+        return p["mode"] == "agg" or p["prefill.workers"] == 1
+
+    opt = OptunaOptimizer(space, optuna.samplers.RandomSampler(seed=0), ["maximize"],
+                          buildable=buildable)  # fmt: skip
+    asked = opt.ask(400)
+    assert all(buildable(p) for p in asked)
+    share = np.mean([p["mode"] == "disagg" for p in asked])
+    assert 0.43 < share < 0.57  # a free redraw: 0.5 x 0.1 / (0.5 + 0.5 x 0.1) = 9%
