@@ -33,6 +33,12 @@ def fact_headers(study: optuna.Study, slos: Sequence[Constraint]) -> list[str]:
     return [first, *FACTS[1:-1], f"{FACTS[-1]}\n{spelt}" if spelt else FACTS[-1]]
 
 
+def is_sweep(study: optuna.Study) -> bool:
+    """Whether the study judged every config at several load levels."""
+    data = study.user_attrs.get(STUDY) or {}
+    return (data.get("load") or {}).get("mode") == "sweep"
+
+
 def _axis(study: optuna.Study) -> str | None:
     data = study.user_attrs.get(STUDY) or {}
     axis = (data.get("load") or {}).get("axis")

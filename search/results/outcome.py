@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from search.results.best import best_lines, best_per_slo, default_slo_sets
 from search.results.front import varying_knobs
-from search.results.judged import FACTS, declared_slos, fact_headers, facts, load_text
+from search.results.judged import FACTS, declared_slos, fact_headers, facts, is_sweep
 from search.results.labels import format_value, metric_label, metric_unit, short_value
 from search.results.tables import pareto_table
-from search.store.schema import STUDY, trial_metrics
+from search.store.schema import STUDY
 from search.study.load import LEVEL_KNOB
 from search.study.slo import stored_notes
 
@@ -27,12 +27,6 @@ if TYPE_CHECKING:
 
 Block = Any
 """A rich renderable or a plain line."""
-
-
-def is_sweep(study: optuna.Study) -> bool:
-    """Whether the study judged every config at several load levels."""
-    data = study.user_attrs.get(STUDY) or {}
-    return (data.get("load") or {}).get("mode") == "sweep"
 
 
 def outcome_blocks(study: optuna.Study) -> list[tuple[Block, bool]]:
@@ -69,25 +63,26 @@ def best_by_load_table(study: optuna.Study, bests: list[tuple[float, FrozenTrial
     objs = [(str(o["metric"])) for o in (study.user_attrs.get("objectives") or [])]
     table = Table(title=f"How the best configuration of {study.study_name} changes with load "
                   "(meeting the study's SLOs)", title_justify="left")  # fmt: skip
-    table.add_column("load level", justify="right")
+    slos = declared_slos(study)
+    load_header, *headers = fact_headers(study, slos)
+    table.add_column(load_header, justify="right")
     table.add_column("#", justify="right", style="dim")
     for k in varying:
         table.add_column(k.replace(".", ".\n"), justify="right", style="cyan")
     for m in objs:
         unit = f"\n({metric_unit(m)})" if metric_unit(m) else ""
         table.add_column(f"{metric_label(m, unit=False)}{unit}", justify="right", style="bold")
-    slos = declared_slos(study)
-    for header in fact_headers(study, slos):
+    for header in headers:
         table.add_column(header, justify="right")
     for level, t in bests:
         if t is None:
             table.add_row(f"{level:g}", "-", *["no config meets the SLOs"],
-                          *[""] * (len(varying) + len(objs) + len(FACTS) - 1))  # fmt: skip
+                          *[""] * (len(varying) + len(objs) + len(FACTS) - 2))  # fmt: skip
             continue
-        metrics = trial_metrics(t)
-        cells = [load_text(study, metrics), str(t.number)]
+        load, *rest = facts(study, t, slos)
+        cells = [load, str(t.number)]
         cells += [short_value(t.params[k]) if k in t.params else "-" for k in varying]
         cells += [format_value(m, v) for m, v in zip(objs, t.values or [], strict=False)]
-        cells += facts(study, t, slos)
+        cells += rest
         table.add_row(*cells)
     return table

@@ -193,7 +193,8 @@ def test_a_sweep_reports_one_front_and_best_per_level(tmp_path: Path) -> None:
         budget={"max_trials": 12, "tol": 0.0, "patience": 100},
     )
     run_study(sf, fakes.tiny_requests(), simulate_fn=fakes.simulate)
-    blocks = outcome_blocks(load_study(sf.storage, sf.name))
+    study = load_study(sf.storage, sf.name)
+    blocks = outcome_blocks(study)
     tables = [b for b, plain in blocks if not plain]
     lines = [b for b, plain in blocks if plain]
     assert [t.title.split(":")[0] for t in tables[:3]] == [
@@ -209,3 +210,7 @@ def test_a_sweep_reports_one_front_and_best_per_level(tmp_path: Path) -> None:
     console = Console(width=250, record=True)
     console.print(by_load)
     assert "c=4 " in console.export_text()  # judged at 4 clients, said so
+    from search.results.pages.study import pareto_figures
+
+    titles = [f.layout.title.text for f in pareto_figures(study)]
+    assert [t.split(":")[0] for t in titles] == [f"t at load level {v}" for v in (4, 8, 16)]
