@@ -141,6 +141,22 @@ def resolve_path(base: Path, raw: str, where: str) -> str:
         raise ConfigError(where, raw, f"a file path ({exc})") from None
 
 
+def resolve_storage(base: Path, raw: str, where: str) -> str:
+    """A storage as given, with a file path (plain or inside ``sqlite:///``) made absolute.
+
+    The one rule for relative paths: a path written in a study file is relative to the study
+    file's folder, a path given on the command line (or a default) to the working directory;
+    ``base`` is that folder. Other URLs (``postgresql+psycopg2://...``) are returned unchanged.
+    """
+    prefix = "sqlite:///"
+    if raw.startswith(prefix):
+        path = raw[len(prefix) :]
+        return prefix + resolve_path(base, path, where) if path else raw
+    if "://" in raw:
+        return raw
+    return resolve_path(base, raw, where)
+
+
 # -- the parsers ----------------------------------------------------------------------------
 
 

@@ -24,9 +24,11 @@ Example::
 
 Input paths (``space``, ``workload.trace``, ``workload.file``, ``deployment.calibration``) are
 relative to the study file; a study-level ``slo:`` is ``deployment.slo`` given at the top;
-they are stored resolved, with the space inlined, so a resume needs only the storage. The
-storage path is relative to the working directory. ``simulator: module:function`` replaces
-``dynosim.simulate`` (a testing hook).
+they are stored resolved, with the space inlined, so a resume needs only the storage. The one
+rule for relative paths: a path written in a study file (``storage`` included, also inside
+``sqlite:///``) is relative to the study file's folder; a path given on the command line
+(``--storage``) or a default (``runs/dynosim.journal``) is relative to the working directory.
+``simulator: module:function`` replaces ``dynosim.simulate`` (a testing hook).
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ from search.study.sections import (
     parse_optimizer,
     parse_workload,
     resolve_path,
+    resolve_storage,
     workload_ref,
 )
 from search.study.slo import (
@@ -131,6 +134,8 @@ def load_study_file(path: str | Path, overrides: Mapping[str, Any] | None = None
     if not isinstance(data, dict):
         raise ConfigError(str(p), data, "a mapping of study fields")
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    if isinstance(given.get("storage"), str):  # a flag's path is the working directory's
+        given["storage"] = resolve_storage(Path.cwd(), given["storage"], "--storage")
     missing = {k: v for k, v in given.items() if not _has(data, k)}
     base_dir = p.resolve().parent
     if len(missing) < len(given):  # some flag replaces a value of the file: check that value
@@ -285,6 +290,8 @@ def parse_study(
     storage = data.get("storage")
     if storage is not None and not isinstance(storage, str):
         raise ConfigError(f"{at}storage", storage, "a journal file path or a storage URL")
+    if storage and base_dir is not None:  # a path written in the study file is the file's
+        data["storage"] = resolve_storage(base_dir, storage, f"{at}storage")
     if dry:
         check_runnable(problem, at, catalog=simulator is None)
     return StudyFile(
