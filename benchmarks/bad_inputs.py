@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run as a script: import this checkout's dynosim and search
-    sys.path.insert(0, str(ROOT))
+for _path in (ROOT, ROOT / "benchmarks"):  # this checkout's dynosim and search; the cases
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 DEPLOYMENT = """\
 model: meta-llama/Llama-3.1-8B-Instruct
@@ -90,6 +91,12 @@ class Case:
     args: tuple[str, ...]
     files: dict[str, str] = field(default_factory=dict)
     ok: bool = False
+    setup: tuple[tuple[str, ...], ...] = ()
+    """Commands run first (they must succeed), e.g. a study ``export`` then reads."""
+    after: dict[str, str] = field(default_factory=dict)
+    """Files written after ``setup`` (a workload edited after its study ran)."""
+    sparse: dict[str, int] = field(default_factory=dict)
+    """Files extended to this many bytes with a hole (they claim a size they do not use)."""
 
 
 def _sim(name: str, deployment: str = DEPLOYMENT, *extra: str, **files: str) -> Case:
@@ -148,7 +155,13 @@ LAUGHS = "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
 
 
 def cases() -> list[Case]:
-    """The corpus, in the order of issue 10's list, then more."""
+    """The corpus, in the order of issue 10's list, then more, then issue 23's."""
+    import bad_inputs_added
+
+    return _cases_10() + bad_inputs_added.cases(sys.modules[__name__])
+
+
+def _cases_10() -> list[Case]:
     big = "9" * 5000
     return [
         # controls
@@ -518,6 +531,13 @@ def _limit(memory_gb: float) -> None:
 
 def _write(folder: Path, case: Case) -> None:
     files = {"workload.yaml": WORKLOAD, "space.yaml": SPACE, "trace.jsonl": MOONCAKE, **case.files}
+    _put(folder, files)
+    for name, size in case.sparse.items():
+        with (folder / name).open("r+b") as f:
+            f.truncate(size)
+
+
+def _put(folder: Path, files: dict[str, str]) -> None:
     for name, text in files.items():
         (folder / name).write_text(text, encoding="utf-8", errors="surrogateescape")
 
@@ -544,8 +564,12 @@ def run_case(case: Case, timeout_s: float, memory_gb: float) -> tuple[str, str, 
     with tempfile.TemporaryDirectory(prefix="dynosim-bad-") as tmp:
         folder = Path(tmp)
         _write(folder, case)
-        start = time.perf_counter()
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        for words in case.setup:
+            command = [sys.executable, "-m", "search.cli", *words]
+            subprocess.run(command, cwd=folder, env=env, capture_output=True, check=True)
+        _put(folder, case.after)
+        start = time.perf_counter()
         try:
             proc = subprocess.run(
                 [sys.executable, "-m", "search.cli", *case.args],
@@ -594,12 +618,18 @@ def fork_case(case: Case, timeout_s: float, memory_gb: float) -> tuple[str, str,
                 os.setpgid(0, 0)
                 os.chdir(folder)
                 _limit(memory_gb)
-                fd = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
                 null = os.open(os.devnull, os.O_WRONLY)
                 os.dup2(null, 1)
-                os.dup2(fd, 2)
+                os.dup2(null, 2)
                 sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115  (pytest replaced them)
                 sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+                for words in case.setup:
+                    if cli_main(list(words)) != 0:
+                        raise RuntimeError(f"setup {' '.join(words)} failed")
+                _put(folder, case.after)
+                sys.stderr.flush()
+                fd = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                os.dup2(fd, 2)
                 code = cli_main(list(case.args))
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else 1
