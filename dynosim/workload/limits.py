@@ -10,10 +10,12 @@ from __future__ import annotations
 import math
 
 from dynosim.checks import bound_text, number
+from dynosim.config.cluster import INTERVAL_WHY, MIN_INTERVAL_S, MIN_LINK_GBPS
 from dynosim.errors import ConfigError
 
 __all__ = [
     "CLIENTS_WHY",
+    "INTERVAL_WHY",
     "MAX_BLOCK_IDS",
     "MAX_CLIENTS",
     "MAX_FIT_WEIGHT",
@@ -22,12 +24,14 @@ __all__ = [
     "MAX_REPLAY_TOKENS",
     "MAX_REQUESTS",
     "MAX_ROUNDS",
+    "MAX_SAMPLES",
     "MAX_TIME_S",
     "MAX_TOKENS",
     "MAX_TP",
     "MAX_TRACE_BYTES",
     "MEMORY_WHY",
     "MIN_INTERVAL_S",
+    "MIN_LINK_GBPS",
     "REQUESTS_WHY",
     "TIME_WHY",
     "check_time",
@@ -53,11 +57,10 @@ TIME_WHY = f"a finite number of seconds in [0, {MAX_TIME_S:g}) (about 31.7 years
 MAX_TRACE_BYTES = 4 << 30
 """Largest trace file read (it is read into memory whole)."""
 
-MIN_INTERVAL_S = 1e-3
-"""Shortest period of a recurring simulated event (a planner's adjustment or metric pull, a
-timeline sample): one event per simulated millisecond is already ~10^6 events per 20-minute
-run; a nanosecond period would schedule ~10^12 and never finish. Real planners pull metrics
-every few seconds (ai-dynamo/dynamo ``components/planner``: 5 s default)."""
+MAX_SAMPLES = 2_000_000
+"""Most periodic observations (timeline samples, planner metric pulls) a run may project:
+its arrivals' span over the period. Each sample holds every pool's state (~100 bytes a
+worker)."""
 
 MAX_CLIENTS = 65_536
 """Most concurrent clients of one measured benchmark point (the shipped AIConfigurator
