@@ -339,7 +339,6 @@ def cases(b: ModuleType) -> list[Any]:
         hf("hf deepseek shared experts string", _edit(DEEPSEEK, "n_shared_experts", "one")),
         hf("hf deepseek dense layers string", _edit(DEEPSEEK, "first_k_dense_replace", "3")),
         hf("hf deepseek experts 10**9", _edit(DEEPSEEK, "n_routed_experts", 10**9)),
-        hf("hf max_position_embeddings string", _edit(LLAMA, "max_position_embeddings", "long")),
         # disaggregated
         disagg("disagg kv_transfer gbps 1e-300", "slo:", "kv_transfer: {gbps: 1.0e-300}\nslo:"),
         disagg("disagg kv_transfer gbps 1e-9", "slo:", "kv_transfer: {gbps: 1.0e-9}\nslo:"),
