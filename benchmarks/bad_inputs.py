@@ -594,6 +594,14 @@ def preload() -> None:
     cli = importlib.import_module("search.cli.main")
     for name in cli.COMMANDS:
         cli._command_module(name)
+    for module in (
+        "dynosim.validation.calibrate",
+        "dynosim.validation.validate",
+        "rich.table",
+        "search.store.open",
+        "search.run.driver",
+    ):  # what commands import lazily
+        importlib.import_module(module)
 
 
 def fork_case(case: Case, timeout_s: float, memory_gb: float) -> tuple[str, str, float]:

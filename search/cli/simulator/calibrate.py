@@ -98,7 +98,10 @@ def run(args: argparse.Namespace) -> int:
                                   opts=opts, progress=progress,
                                   unrecorded_client=args.unrecorded_client)  # fmt: skip
     if not any(f.design.rows for f in fits):
-        m, why = next((r for f in fits for r in f.design.refused), (rows[0], "no fit"))
+        from dynosim.validation.validate import replay
+
+        m, why = next((r for f in fits for r in f.design.refused), (rows[0], None))
+        why = why or replay(m, rounds=1, timing=args.timing, profile=start).refused
         raise DynosimError(f"{args.measurements}: no row could be replayed; e.g. {m.where}: {why}")
     command = _command(args)
     profile = type(profile)(
