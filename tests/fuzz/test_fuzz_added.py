@@ -81,7 +81,8 @@ def measurement_csv(draw: st.DrawFn, columns: list[str], valid: list[str]) -> st
 PLAIN_VALID = ["meta-llama/Llama-3.1-8B-Instruct", "h200_sxm", "vllm", "1", "100", "10", "4",
                "20", "5"]  # fmt: skip
 SILICON_COLUMNS = ["model_path", "system", "backend", "mode", "isl", "osl", "batch_size",
-                   "tp_size", "silicon_ttft_ms", "silicon_tpot_ms", "silicon_data_source"]  # fmt: skip
+                   "tp_size", "silicon_ttft_ms", "silicon_tpot_ms",
+                   "silicon_data_source"]  # fmt: skip
 SILICON_VALID = ["meta-llama/Llama-3.1-8B-Instruct", "h200_sxm", "vllm", "agg", "100", "10", "4",
                  "1", "20", "5", "x"]  # fmt: skip
 AIPERF: dict[str, Any] = {
