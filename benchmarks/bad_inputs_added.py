@@ -17,6 +17,10 @@ from typing import Any
 PLAIN_HEADER = "model,gpu,backend,tp,isl,osl,concurrency,ttft_ms,tpot_ms\n"
 PLAIN_ROW = "meta-llama/Llama-3.1-8B-Instruct,h200_sxm,vllm,1,100,10,4,20,5\n"
 SILICON_HEADER = "model_path,system,backend,mode,isl,osl,batch_size,tp_size,silicon_ttft_ms,silicon_tpot_ms,silicon_data_source\n"
+DISAGG_HEADER = "model_path,system,backend,mode,isl,osl,batch_size,tp_size,silicon_ttft_ms,silicon_tpot_ms,silicon_data_source,precision,gemm_quant_mode,prefill_num_workers,prefill_tp_size,prefill_batch_size,decode_num_workers,decode_tp_size,decode_batch_size\n"
+DISAGG_ROW = (
+    "meta-llama/Llama-3.1-8B-Instruct,h200_sxm,vllm,disagg,100,10,4,1,20,5,x,bf16,,1,1,1,1,1,4\n"
+)
 SILICON_ROW = "meta-llama/Llama-3.1-8B-Instruct,h200_sxm,vllm,agg,100,10,4,1,20,5,x\n"
 CONTEXT = "model: meta-llama/Llama-3.1-8B-Instruct\ngpu: h200_sxm\nbackend: vllm\ntp: 1\n"
 LLAMA: dict[str, Any] = {
@@ -205,6 +209,20 @@ def cases(b: ModuleType) -> list[Any]:
         ),
         validate("silicon ttft inf", SILICON_HEADER + SILICON_ROW.replace(",20,5,", ",inf,5,")),
         validate("silicon header only", SILICON_HEADER),
+        case(
+            "control: valid validate (silicon disagg row)",
+            ("validate", "m.csv", "--timing", "roofline"),
+            {"m.csv": DISAGG_HEADER + DISAGG_ROW},
+            ok=True,
+        ),
+        validate(
+            "silicon disagg 65M clients",
+            DISAGG_HEADER + DISAGG_ROW.replace(",1,1,1,1,1,4", ",1,1,1,65000,1,1000"),
+        ),
+        validate(
+            "silicon disagg decode workers inf",
+            DISAGG_HEADER + DISAGG_ROW.replace(",1,1,1,1,1,4", ",1,1,1,inf,1,4"),
+        ),
         # AIPerf / vLLM bench
         tool_case(
             "aiperf json concurrency 0",
@@ -306,19 +324,41 @@ def cases(b: ModuleType) -> list[Any]:
             **{"prof.yaml": "[1, 2]\n"},
         ),
         b._sim(
-            "profile huge integer",
+            "profile 5000-digit integer",
             b.DEPLOYMENT + "calibration: prof.yaml\n",
-            **{"prof.yaml": "backends:\n  vllm:\n    step: {fixed_us: " + "9" * 5000 + "}\n"},
+            **{"prof.yaml": "backends:\n  vllm:\n    step: {base_us: " + "9" * 5000 + "}\n"},
         ),
         b._sim(
             "profile step inf",
             b.DEPLOYMENT + "calibration: prof.yaml\n",
-            **{"prof.yaml": "backends:\n  vllm:\n    step: {fixed_us: .inf}\n"},
+            **{"prof.yaml": "backends:\n  vllm:\n    step: {base_us: .inf}\n"},
         ),
         b._sim(
             "profile binary",
             b.DEPLOYMENT + "calibration: prof.yaml\n",
             **{"prof.yaml": "\udcff\udcfe\x00\n"},
+        ),
+        b._sim(
+            "profile base_us 10**30",
+            b.DEPLOYMENT + "calibration: prof.yaml\n",
+            **{
+                "prof.yaml": "backends:\n  vllm:\n    step: {base_us: 1000000000000000000000000000000}\n"
+            },
+        ),
+        b._sim(
+            "profile prefill factor 1e308",
+            b.DEPLOYMENT + "calibration: prof.yaml\n",
+            **{"prof.yaml": "backends:\n  vllm:\n    step: {prefill: 1.0e+308}\n"},
+        ),
+        b._sim(
+            "profile host request_us -1",
+            b.DEPLOYMENT + "calibration: prof.yaml\n",
+            **{"prof.yaml": "backends:\n  vllm:\n    host: {request_us: -1}\n"},
+        ),
+        b._sim(
+            "profile sigma string",
+            b.DEPLOYMENT + "calibration: prof.yaml\n",
+            **{"prof.yaml": "backends:\n  vllm:\n    sigma: {ttft: wide}\n"},
         ),
         # Hugging Face config.json
         hf("hf layers string", _edit(LLAMA, "num_hidden_layers", "32")),
@@ -343,7 +383,7 @@ def cases(b: ModuleType) -> list[Any]:
         disagg("disagg kv_transfer gbps 1e-300", "slo:", "kv_transfer: {gbps: 1.0e-300}\nslo:"),
         disagg("disagg kv_transfer gbps 1e-9", "slo:", "kv_transfer: {gbps: 1.0e-9}\nslo:"),
         disagg(
-            "disagg kv_transfer latency 1e300", "slo:", "kv_transfer: {latency_us: 1.0e300}\nslo:"
+            "disagg kv_transfer latency 1e300", "slo:", "kv_transfer: {latency_us: 1.0e+300}\nslo:"
         ),
         disagg(
             "disagg decode workers 10**6",
@@ -363,7 +403,9 @@ def cases(b: ModuleType) -> list[Any]:
             "tp: 1\nplanner: {metric_pulling_interval_s: 1.0e-9, max_workers: 2}",
         ),
         b._dep(
-            "planner startup 1e300", "tp: 1", "tp: 1\nplanner: {startup_s: 1.0e300, max_workers: 2}"
+            "planner startup 1e300",
+            "tp: 1",
+            "tp: 1\nplanner: {startup_s: 1.0e+300, max_workers: 2}",
         ),
         # timeline
         b._sim(
@@ -395,7 +437,7 @@ def cases(b: ModuleType) -> list[Any]:
         # load modes
         load("load capacity tolerance 1e-17", "{mode: capacity, tolerance: 1.0e-17}"),
         load("load capacity start 1e-299", "{mode: capacity, start: 1.0e-299}"),
-        load("load capacity max 1e300", "{mode: capacity, max: 1.0e300}"),
+        load("load capacity max 1e300", "{mode: capacity, max: 1.0e+300}"),
         load(
             "load sweep 100000 levels",
             "{mode: sweep, levels: [" + ", ".join(str(i) for i in range(1, 100_001)) + "]}",

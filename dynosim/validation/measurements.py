@@ -233,7 +233,7 @@ def _silicon(path: Path, line: int, r: dict[str, str]) -> Measurement:
     if base.mode == "disagg":
         try:
             dtype, prefill, decode = parse_disagg_pools(r)
-        except (ConfigError, KeyError, ValueError) as exc:
+        except (ConfigError, KeyError, ValueError, OverflowError) as exc:
             return replace(base, refused=f"mode disagg: {exc}")
         return replace(
             base,
@@ -247,7 +247,7 @@ def _silicon(path: Path, line: int, r: dict[str, str]) -> Measurement:
 
     try:
         row = parse_row(r)
-    except (ConfigError, KeyError, ValueError) as exc:
+    except (ConfigError, KeyError, ValueError, OverflowError) as exc:
         return replace(base, refused=str(exc))
     return replace(
         base,
