@@ -428,6 +428,15 @@ def cases(b: ModuleType) -> list[Any]:
             "--timeline-interval",
             "inf",
         ),
+        b._sim("simulate --seed -1", b.DEPLOYMENT, "--workload", "workload.yaml", "--seed", "-1"),
+        b._sim(
+            "simulate --seed 2**64",
+            b.DEPLOYMENT,
+            "--workload",
+            "workload.yaml",
+            "--seed",
+            str(2**64),
+        ),
         # speculative
         b._dep(
             "speculative 671B draft on one GPU",
