@@ -10,6 +10,7 @@ of a study whose workload file was edited after it ran. :func:`cases` takes the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from types import ModuleType
 from typing import Any
@@ -379,6 +380,9 @@ def cases(b: ModuleType) -> list[Any]:
         hf("hf deepseek shared experts string", _edit(DEEPSEEK, "n_shared_experts", "one")),
         hf("hf deepseek dense layers string", _edit(DEEPSEEK, "first_k_dense_replace", "3")),
         hf("hf deepseek experts 10**9", _edit(DEEPSEEK, "n_routed_experts", 10**9)),
+        dataclasses.replace(
+            hf("hf config.json sparse 2 GB", LLAMA), sparse={"config.json": 2 << 30}
+        ),
         # disaggregated
         disagg("disagg kv_transfer gbps 1e-300", "slo:", "kv_transfer: {gbps: 1.0e-300}\nslo:"),
         disagg("disagg kv_transfer gbps 1e-9", "slo:", "kv_transfer: {gbps: 1.0e-9}\nslo:"),

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import json
+import stat
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -126,6 +127,11 @@ def load_config_file(path: str) -> ModelSpec:
         ConfigError: the file cannot be read, is not a JSON object, or dynosim cannot model it.
     """
     try:
+        info = Path(path).stat()
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_CONFIG_BYTES:
+            size = f"{info.st_size:,} bytes" if stat.S_ISREG(info.st_mode) else "not a file"
+            allowed = f"a config.json file of at most {MAX_CONFIG_BYTES:,} bytes ({size})"
+            raise ConfigError("model", path, allowed)
         data: Any = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
@@ -213,6 +219,9 @@ def _architecture(cfg: dict[str, Any]) -> str:
     return repr(archs)
 
 
+MAX_CONFIG_BYTES = 16 << 20
+"""Largest ``config.json`` read (a model's is a few KB; a FIFO or a sparse 2 GB file is refused
+before reading)."""
 MAX_CONFIG_INT = 1 << 24
 """Largest size or count a ``config.json`` field may hold (16,777,216: a vocabulary, an MLP
 width or an expert count of any released model is far below; a 5,000-digit one is refused)."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import csv
 import re
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -83,7 +84,10 @@ def read_measurements(
     """
     p = Path(path)
     try:
-        size = p.stat().st_size
+        info = p.stat()
+        if not stat.S_ISREG(info.st_mode):  # a FIFO would block, /dev/zero never ends
+            raise WorkloadError(f"{p}: cannot read measurements: not a regular file")
+        size = info.st_size
         if size > MAX_MEASUREMENT_BYTES:
             raise WorkloadError(
                 f"{p}: size: got {size:,} bytes; allowed: at most {MAX_MEASUREMENT_BYTES:,} "

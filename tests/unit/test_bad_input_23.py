@@ -7,6 +7,7 @@ of a replay, Hugging Face configs, load sections, planner intervals and KV links
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 
 from dynosim.config import DeploymentConfig
 from dynosim.errors import ConfigError, DynosimError, WorkloadError
-from dynosim.perf.model_config import MAX_CONFIG_INT, parse_config
+from dynosim.perf.model_config import MAX_CONFIG_INT, load_config_file, parse_config
 from dynosim.validation import measurements
 from dynosim.validation.measurements import check_replay, read_measurements
 from dynosim.workload.limits import MAX_CLIENTS, MAX_REPLAY_TOKENS, MAX_ROUNDS
@@ -88,6 +89,26 @@ def test_the_row_bound_is_checked_while_streaming(
     assert len(read_measurements(f)) == 2
     f.write_text(HEADER + ROW * 3)
     _refused(f, f"{f}:4: rows: more than 2")
+
+
+def test_only_regular_files_are_read(tmp_path: Path) -> None:
+    fifo = tmp_path / "m.csv"
+    os.mkfifo(fifo)  # opening it would block until a writer comes
+    _refused(fifo, "not a regular file")
+    _refused(tmp_path, "not a regular file")
+
+
+def test_hf_config_files_are_bounded_before_reading(tmp_path: Path) -> None:
+    big = tmp_path / "config.json"
+    big.write_text("{}")
+    with big.open("r+b") as fh:
+        fh.truncate(2 << 30)
+    with pytest.raises(ConfigError, match=r"at most 16,777,216 bytes \(2,147,483,648 bytes\)"):
+        load_config_file(str(big))
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match=r"\(not a file\)"):
+        load_config_file(str(fifo))
 
 
 def test_binary_bytes_are_refused(tmp_path: Path) -> None:
