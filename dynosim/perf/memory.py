@@ -192,6 +192,8 @@ def _pool(config: DeploymentConfig, model: ModelSpec, gpu: GpuSpec) -> KVPool:
     eng = config.engine
     moe_tp = config.moe_tp_size if model.is_moe else 1
     weights = weight_bytes_per_gpu(model, config.dtype, tp=config.tp, ep=config.ep, moe_tp=moe_tp)
+    draft = draft_weight_bytes_per_gpu(config)
+    weights += draft
     per_token = kv_bytes_per_token(model, config.tp, config.kv_dtype)
     state = eng.max_num_seqs * state_bytes_per_request(model, config.tp, config.kv_dtype)
     act = activation_bytes(model, config.tp, eng.max_num_batched_tokens)
@@ -215,8 +217,9 @@ def _pool(config: DeploymentConfig, model: ModelSpec, gpu: GpuSpec) -> KVPool:
         raise InfeasibleError(
             f"{config.model} does not fit on {config.gpu} with {shape} ({config.dtype}): "
             f"{missing / GIB:.2f} GiB ({missing} bytes) short of a KV pool for one "
-            f"{eng.max_num_batched_tokens}-token chunk (weights {weights / GIB:.1f} GiB/GPU, "
-            f"usable {usable / GIB:.1f} GiB/GPU)"
+            f"{eng.max_num_batched_tokens}-token chunk (weights {weights / GIB:.1f} GiB/GPU"
+            + (f" with the draft model's {draft / GIB:.1f}" if draft else "")
+            + f", usable {usable / GIB:.1f} GiB/GPU)"
         )
     return KVPool(
         weights_bytes_per_gpu=weights,
@@ -228,6 +231,22 @@ def _pool(config: DeploymentConfig, model: ModelSpec, gpu: GpuSpec) -> KVPool:
         total_kv_blocks=blocks,
         kv_tokens=blocks * eng.block_size,
     )
+
+
+def draft_weight_bytes_per_gpu(config: DeploymentConfig) -> int:
+    """The weights a speculative draft model (``speculative.method: draft``) adds to each GPU.
+
+    vLLM loads the draft model on the target's GPUs, sharded with the target's tensor
+    parallelism by default (``SpeculativeConfig.draft_tensor_parallel_size``: 1 or the
+    target's). Its own KV cache (the draft's layers, per token) is not counted: an
+    approximation that overstates the KV pool by the draft's share of it.
+    """
+    spec = config.speculative
+    if spec is None or spec.draft_model is None or spec.num_speculative_tokens == 0:
+        return 0
+    draft = model_spec(spec.draft_model)
+    moe_tp = config.tp if draft.is_moe else 1
+    return weight_bytes_per_gpu(draft, config.dtype, tp=config.tp, ep=1, moe_tp=moe_tp)
 
 
 def check_feasible(config: DeploymentConfig) -> KVPool:

@@ -66,16 +66,17 @@ def add_parser(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Fit, print the errors, write the profile."""
+    from dynosim.checks import integer, number
     from dynosim.perf.calibration import load_profile
     from dynosim.validation.calibrate import FitOptions, calibrate
-    from dynosim.validation.measurements import read_measurements
+    from dynosim.validation.measurements import check_replay, read_measurements
+    from dynosim.workload.limits import MAX_CLIENTS, MAX_FIT_WEIGHT, MAX_ROUNDS
 
-    for name in ("factor_prior", "ttft_weight"):
-        if not getattr(args, name) >= 0:
-            raise DynosimError(f"--{name.replace('_', '-')}: got {getattr(args, name)}; "
-                               "allowed: a number >= 0")  # fmt: skip
-    if args.rounds < 1:
-        raise DynosimError(f"--rounds: got {args.rounds}; allowed: an integer >= 1")
+    for name in ("factor_prior", "ttft_weight"):  # a weight of the least-squares fit
+        number(f"--{name.replace('_', '-')}", getattr(args, name), 0, MAX_FIT_WEIGHT)
+    integer("--rounds", args.rounds, 1, MAX_ROUNDS)
+    if args.concurrency is not None:
+        integer("--concurrency", args.concurrency, 1, MAX_CLIENTS)
     start = load_profile(args.start)
     wanted = [group_filter(g) for g in args.group]
     every = read_measurements(args.measurements, measurement_context(args))
@@ -83,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
             and (not wanted or any(matches(m.group, w) for w in wanted))]  # fmt: skip
     if not rows:
         raise DynosimError(f"{args.measurements}: no replayable rows (after --group)")
+    check_replay(rows, args.rounds)
     opts = FitOptions(fit_factors=not args.no_factors, fit_host=not args.no_host,
                       ttft_weight=args.ttft_weight, factor_prior=args.factor_prior,
                       fit_streaming=not args.no_streaming)  # fmt: skip
@@ -95,6 +97,12 @@ def run(args: argparse.Namespace) -> int:
         profile, fits = calibrate(rows, start=start, rounds=args.rounds, timing=args.timing,
                                   opts=opts, progress=progress,
                                   unrecorded_client=args.unrecorded_client)  # fmt: skip
+    if not any(f.design.rows for f in fits):
+        from dynosim.validation.validate import replay
+
+        m, why = next((r for f in fits for r in f.design.refused), (rows[0], None))
+        why = why or replay(m, rounds=1, timing=args.timing, profile=start).refused
+        raise DynosimError(f"{args.measurements}: no row could be replayed; e.g. {m.where}: {why}")
     command = _command(args)
     profile = type(profile)(
         backends=profile.backends,

@@ -58,19 +58,25 @@ def run(args: argparse.Namespace) -> int:
     """Replay the rows, print one line per group, write JSON if asked."""
     from rich.table import Table
 
+    from dynosim.checks import integer
     from dynosim.perf.calibration import load_profile
-    from dynosim.validation.measurements import read_measurements
+    from dynosim.validation.measurements import check_replay, read_measurements
     from dynosim.validation.validate import validate
+    from dynosim.workload.limits import MAX_CLIENTS, MAX_MEASUREMENT_ROWS, MAX_ROUNDS
 
-    if args.max_rows is not None and args.max_rows < 1:
-        raise DynosimError(f"--max-rows: got {args.max_rows}; allowed: an integer >= 1")
-    if args.rounds < 1:
-        raise DynosimError(f"--rounds: got {args.rounds}; allowed: an integer >= 1")
+    if args.max_rows is not None:
+        integer("--max-rows", args.max_rows, 1, MAX_MEASUREMENT_ROWS)
+    integer("--rounds", args.rounds, 1, MAX_ROUNDS)
+    if args.concurrency is not None:
+        integer("--concurrency", args.concurrency, 1, MAX_CLIENTS)
     wanted = [group_filter(g) for g in args.group]
     rows = [m for m in read_measurements(args.measurements, measurement_context(args))
             if not wanted or any(matches(m.group, w) for w in wanted)]  # fmt: skip
     if args.max_rows is not None:
         rows = rows[: args.max_rows]
+    if not rows:
+        raise DynosimError(f"{args.measurements}: no row to replay (after --group)")
+    check_replay(rows, args.rounds)
     console = make_console()
     with console.status(f"replaying {len(rows):,} rows...") as status:
 
@@ -97,6 +103,9 @@ def run(args: argparse.Namespace) -> int:
     if args.rows:
         console.print(rows_table(groups))
     refused = sum(s["refused"] for s in summaries)
+    if refused == len(rows):
+        reasons = sorted({r for s in summaries for r in s["refused_reasons"]})
+        raise DynosimError(f"{args.measurements}: no row could be replayed; e.g. {reasons[0]}")
     if refused:
         reasons = sorted({r for s in summaries for r in s["refused_reasons"]})
         console.print(f"[yellow]{refused} rows refused; e.g. {reasons[0]}[/yellow]")

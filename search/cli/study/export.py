@@ -135,16 +135,27 @@ def find_trial(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
 
 
 def read_workload_spec(study: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
-    """The synthetic workload file of a ``{file: PATH}`` study, parsed; or why it is not."""
+    """The synthetic workload file of a ``{file: PATH}`` study, parsed; or why it is not.
+
+    A file that is gone is a note of the export; one that is there but no longer valid (edited
+    after the study ran) is refused as ``simulate`` would refuse it (``WorkloadError``: one
+    line naming the file and the field).
+    """
     import yaml
+
+    from dynosim.workload import parse_workload_file
 
     workload = study.get("workload")
     if not isinstance(workload, dict) or "file" not in workload:
         return None, None
+    path = Path(str(workload["file"]))
     try:
-        data = yaml.safe_load(Path(str(workload["file"])).read_text())
+        text = path.read_bytes()
     except OSError as exc:
         return None, str(exc.strerror or exc)
+    parse_workload_file(path)
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         return None, f"invalid YAML: {type(exc).__name__}"
     if not isinstance(data, dict):
