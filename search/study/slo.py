@@ -24,6 +24,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dynosim.checks import number
 from dynosim.errors import ConfigError
 from search.study.objectives import Constraint
 from search.study.space import Space
@@ -60,7 +61,12 @@ def declared_slo(at: str, data: Mapping[str, Any], deployment: dict[str, Any]) -
     for key in raw:
         if key not in SLO_METRICS:
             raise ConfigError(f"{where}.{key}", key, ", ".join(SLO_METRICS))
-    return {k: v for k, v in raw.items() if v is not None}  # values: SLOConfig checks them
+    # the same bound as SLOConfig's, checked here because the constraints are derived first
+    return {
+        k: number(f"{where}.{k}", v, 0, 10**12, open_low=True)
+        for k, v in raw.items()
+        if v is not None
+    }
 
 
 def split_constraints(at: str, raw: Sequence[Any]) -> tuple[list[Any], list[str]]:

@@ -277,6 +277,13 @@ def parse_study(
     data["workload"] = parse_workload(at, data, base)
     workload = workload_ref(data["workload"])
     load, axis = _load(at, data, workload, problem)
+    budget = parse_budget(at, data)
+    if load.mode == "sweep" and budget.max_trials < len(load.levels):
+        raise ConfigError(
+            f"{at}budget.max_trials",
+            budget.max_trials,
+            f"at least one trial per sweep level ({len(load.levels)} levels)",
+        )
     if load.mode == "sweep":
         level = Knob(name=LEVEL_KNOB, kind="choice", values=load.levels)
         space = Space(knobs=(*space.knobs, level), description=space.description)
@@ -299,7 +306,7 @@ def parse_study(
         problem=problem,
         workload=workload,
         optimizer=optimizer,
-        budget=parse_budget(at, data),
+        budget=budget,
         executor=parse_executor(at, data),
         storage=str(data.get("storage") or DEFAULT_STORAGE),
         seed=seed,

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import shlex
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from dynosim.errors import ConfigError
-from search.cli.shared import make_console
+from search.cli.shared import invocation, make_console
 from search.run.driver import RunState, run_study
 from search.study.study_file import StudyFile, load_study_file
 from search.study.workload import load_workload
@@ -157,7 +158,6 @@ def print_outcome(sf: StudyFile, state: RunState) -> None:
             console.print(block)
     console.print()
     console.print(importance_table(study.study_name, knob_importances(study)))
-    console.print(
-        f"reports (CSV, HTML): dynosim report {sf.name} --storage {sf.storage}", highlight=False
-    )
+    command = f"{invocation()} report {shlex.quote(sf.name)} --storage {shlex.quote(sf.storage)}"
+    console.print(f"reports (CSV, HTML): {command}", highlight=False)
     sys.stdout.flush()

@@ -70,3 +70,29 @@ def test_the_quickstart_enforces_both_declared_slos() -> None:
     sf = load_study_file(ROOT / "experiments" / "quickstart.yaml")
     assert Constraint("inter_token_latency.p90", "<=", 50.0) in sf.problem.constraints
     assert Constraint("time_to_first_token.p90", "<=", 2000.0) in sf.problem.constraints
+
+
+@pytest.mark.parametrize("value", ["", [1], 0, -5, float("nan")])
+def test_a_declared_slo_that_is_not_a_positive_number_is_one_line(
+    tmp_path: Path, value: object
+) -> None:
+    with pytest.raises(ConfigError, match=r"deployment\.slo\.ttft_ms: got .*a finite number"):
+        fakes.study(tmp_path, deployment={"slo": {"ttft_ms": value}})
+
+
+def test_trial_budget_is_bounded(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"budget\.max_trials: got 10000000"):
+        fakes.study(tmp_path, budget={"max_trials": 10**7})
+
+
+def test_a_sweep_needs_a_trial_per_level(tmp_path: Path) -> None:
+    from tests.unit.search.test_load import CHAT
+
+    (tmp_path / "chat.yaml").write_text(CHAT)
+    with pytest.raises(ConfigError, match=r"budget\.max_trials: got 2; allowed: at least one"):
+        fakes.study(
+            tmp_path,
+            workload={"file": str(tmp_path / "chat.yaml")},
+            load={"mode": "sweep", "levels": [1, 2, 4]},
+            budget={"max_trials": 2},
+        )
