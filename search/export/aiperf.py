@@ -146,7 +146,7 @@ def _trace_load(
         )
     speed = float(workload.get("speedup", 1.0) or 1.0)
     if axis == "speedup" and level is not None:
-        if speed != 1.0 and speed != level:
+        if speed not in (1.0, level):
             notes.append(f"load_level {level:g} replaces the workload's speedup {speed:g}")
         speed = level
     if axis in ("rate_rps", "concurrency") and level is not None:

@@ -101,7 +101,9 @@ VLLM: dict[str, Any] = {
 
 
 def _read(name: str, text: str | bytes, context: dict[str, Any] | None = None) -> None:
-    check_points(outcome(name, read_measurements, write(name.split(": ")[-1], text), context))
+    check_points(
+        outcome(name, read_measurements, write(name.rsplit(": ", maxsplit=1)[-1], text), context)
+    )
 
 
 @FUZZ

@@ -137,15 +137,15 @@ def pareto_scatter(
         ("feasible", feasible, FEASIBLE_COLOR, "circle", 0.35, "markers"),
         ("Pareto front", front, FRONT_COLOR, "diamond", 1.0, "lines+markers"),
     )
-    for name, trials, color, symbol, opacity, mode in styles:
-        groups = group_trials(trials)
+    for name, members, color, symbol, opacity, mode in styles:
+        groups = group_trials(members)
         x, y = xy(groups)
         fig.add_trace(
             go.Scatter(
                 x=x,
                 y=y,
                 mode=mode if not one else "markers",
-                name=f"{name} ({len(trials)})",
+                name=f"{name} ({len(members)})",
                 marker={"color": color, "symbol": symbol, "size": 10 if opacity == 1 else 7},
                 line={"color": color, "width": 1.5},
                 opacity=opacity,

@@ -90,7 +90,7 @@ def test_address_where_nothing_listens_fails_fast(
 def test_auto_without_a_cluster_says_how_to_start_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import ray._private.services as services
+    from ray._private import services
 
     # Hide any Ray runtime of this machine (other tests, other users) from `auto`.
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
