@@ -58,7 +58,13 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Load the study file and run the study."""
+    import warnings
+
+    from search.study.dry_run import unrunnable_values
+
     sf = load_study_file(args.study, overrides(args))
+    for line in unrunnable_values(sf.problem, catalog=sf.simulator is None):
+        warnings.warn(f"space: {line}", UserWarning, stacklevel=1)
     return execute(sf, resume=False, progress=not args.no_progress)
 
 
