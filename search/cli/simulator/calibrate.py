@@ -131,6 +131,13 @@ def run(args: argparse.Namespace) -> int:
             m, why = f.design.refused[0]
             console.print(f"[yellow]{len(f.design.refused)} {f.backend} rows could not be "
                           f"replayed; e.g. {m.where}: {why}[/yellow]")  # fmt: skip
+    lonely = [f.backend for f in fits if f.design.rows and _n_configurations(f) < 2]
+    for backend in lonely:
+        console.print(f"[yellow]{backend}: one configuration (model, gpu, backend, tp) only: "
+                      "no held-out figures (they need a configuration to leave out), and its "
+                      "sigma is the in-sample spread, not a held-out one[/yellow]")  # fmt: skip
+    for line in factor_warnings(profile, [f.backend for f in fits]):
+        console.print(f"[yellow]{line}[/yellow]")
     console.print("held out = leave-one-configuration-out (model, gpu, backend, tp) predictions")
     console.print(f"profile written to {args.out}")
     if args.json is not None:
@@ -147,11 +154,39 @@ def _figures(fits: list[Any]) -> dict[str, dict[str, Any]]:
     figures: dict[str, dict[str, Any]] = {}
     for f in fits:
         d = f.design
-        for label, (t, p) in (("before", predict(d, f.before)), ("fit", f.fitted()),
-                              ("held_out", (f.loo_ttft, f.loo_tpot))):  # fmt: skip
+        labels = [("before", predict(d, f.before)), ("fit", f.fitted())]
+        if _n_configurations(f) >= 2:  # one configuration has nothing to leave out
+            labels.append(("held_out", (f.loo_ttft, f.loo_tpot)))
+        for label, (t, p) in labels:
             for g, e in group_errors(d.rows, t, p).items():
                 figures.setdefault("/".join(g[:3]), {})[label] = e
     return figures
+
+
+FACTOR_RANGE = (0.5, 2.0)
+"""Kernel factors outside this range say the kernel data or the replay is off, not the engine."""
+
+
+def factor_warnings(profile: Any, backends: list[str]) -> list[str]:
+    """One line per fitted kernel factor outside :data:`FACTOR_RANGE`."""
+    lo, hi = FACTOR_RANGE
+    out = []
+    for backend in backends:
+        step = profile.backend(backend).step
+        for name in ("prefill", "decode"):
+            value = float(getattr(step, name))
+            if not lo <= value <= hi:
+                out.append(
+                    f"{backend}: fitted {name} kernel factor {value:.3g} is outside "
+                    f"[{lo:g}, {hi:g}]: the step times are being stretched rather than "
+                    "explained; check the measurements' client, GPU and engine flags"
+                )
+    return out
+
+
+def _n_configurations(fit: Any) -> int:
+    """Distinct configurations (model, gpu, backend, tp) among a backend fit's rows."""
+    return len({fit.design.configuration(m) for m in fit.design.rows})
 
 
 def _verify(figures: dict[str, dict[str, Any]], fits: list[Any], args: argparse.Namespace) -> None:
@@ -189,9 +224,11 @@ def _table(figures: dict[str, dict[str, Any]], title: str) -> Any:
         def cell(e: dict[str, Any], metric: str) -> str:
             return f"{e[metric + '_mape']:.1f} ({e[metric + '_bias']:+.1f})"
 
+        held = fig.get("held_out")
         t.add_row(g, str(int(fig["fit"]["rows"])), cell(fig["before"], "ttft"),
-                  cell(after, "ttft"), cell(fig["held_out"], "ttft"), cell(fig["before"], "tpot"),
-                  cell(after, "tpot"), cell(fig["held_out"], "tpot"))  # fmt: skip
+                  cell(after, "ttft"), cell(held, "ttft") if held else "n/a (1 config)",
+                  cell(fig["before"], "tpot"), cell(after, "tpot"),
+                  cell(held, "tpot") if held else "n/a (1 config)")  # fmt: skip
     return t
 
 
