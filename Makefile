@@ -1,4 +1,5 @@
-# Two commands for a fresh machine: `make run` (the main job) and `make test` (ruff, mypy, pytest).
+# Two commands for a fresh machine: `make run` (the main job) and `make test` (ruff, mypy, the docs
+# site built with strict link checking, pytest).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -28,6 +29,7 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/mkdocs build --strict --quiet
 	$(BIN)/pytest -q -n 2
 
 bench: $(RUN_STAMP)

@@ -18,6 +18,7 @@ Run: ``.venv/bin/python benchmarks/host_knee.py [--requests 1500] [--rates 10,20
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from dataclasses import replace
 
@@ -83,7 +84,7 @@ def main() -> None:
             m = res.metrics
             tput = tput or m.output_token_throughput
             util = m.host.stream_utilization if m.host is not None else float("nan")
-            util_s = "   -" if util != util else f"{util:4.2f}"
+            util_s = "   -" if math.isnan(util) else f"{util:4.2f}"
             cells.append(
                 f"{m.time_to_first_token.avg:8.1f} {m.inter_token_latency.avg:6.2f} {util_s}"
             )

@@ -59,6 +59,17 @@ def check_parallel(tp: int, ep: object, moe_tp: object, attention_dp: object) ->
         )  # fmt: skip
 
 
+MIN_INTERVAL_S = 0.01
+"""Shortest period of a recurring simulated event (a planner's adjustment or metric pull, a
+timeline sample). An engine step takes milliseconds, so sampling faster shows nothing new,
+while a nanosecond period would schedule ~10^12 events in a 20-minute run and never finish."""
+INTERVAL_WHY = f"a finite number of seconds in [{MIN_INTERVAL_S:g}, 10,000,000]"
+
+MIN_LINK_GBPS = 0.1
+"""Slowest KV-transfer link (100 Mb/s): below any datacenter NIC (1 GbE is the slowest
+Ethernet still sold); a slower one turns a prompt's KV cache into hours of transfer."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PoolConfig:
     """One pool of a disaggregated deployment: ``workers`` engines of ``tp`` GPUs each.
@@ -125,7 +136,8 @@ class KVTransferConfig:
     def __post_init__(self) -> None:
         choice("kv_transfer.link", self.link, get_args(Link))
         if self.gbps is not None:
-            number("kv_transfer.gbps", self.gbps, 0, 10_000_000, open_low=True)
+            number("kv_transfer.gbps", self.gbps, MIN_LINK_GBPS, 10_000_000,
+                   why="100 Mb/s or faster")  # fmt: skip
         if self.latency_us is not None:
             number("kv_transfer.latency_us", self.latency_us, 0, 1_000_000_000)
 
@@ -199,14 +211,8 @@ class PlannerConfig:
 
     def __post_init__(self) -> None:
         choice("planner.policy", self.policy, get_args(PlannerPolicy))
-        number(
-            "planner.adjustment_interval_s", self.adjustment_interval_s, 0, 10_000_000,
-            open_low=True,
-        )  # fmt: skip
-        number(
-            "planner.metric_pulling_interval_s", self.metric_pulling_interval_s, 0, 10_000_000,
-            open_low=True,
-        )  # fmt: skip
+        for name in ("adjustment_interval_s", "metric_pulling_interval_s"):
+            number(f"planner.{name}", getattr(self, name), MIN_INTERVAL_S, 10_000_000)
         number("planner.startup_s", self.startup_s, 0, 10_000_000)
         integer("planner.min_workers", self.min_workers, 1, 100_000)
         integer("planner.max_workers", self.max_workers, 1, 100_000)

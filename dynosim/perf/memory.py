@@ -28,8 +28,27 @@ Formulas (bytes, per GPU):
   the peak of one forward pass over a full chunk, proportional to ``max_num_batched_tokens``);
 * reserved = 1 GiB runtime (CUDA context, CUDA graphs, allocator slack) + 384 MiB of NCCL
   buffers when the replica has more than one GPU;
-* KV pool = memory x gpu_memory_utilization - weights - state - activations - reserved,
-  rounded down to whole blocks of ``engine.block_size`` tokens.
+* KV pool, by each engine's own formula, with ``f = engine.gpu_memory_utilization`` read as
+  that engine's memory flag (the exporter writes it as such), rounded down to whole blocks of
+  ``engine.block_size`` tokens:
+
+  - vLLM (``--gpu-memory-utilization``): ``f x memory - weights - activations - reserved -
+    state``. ``vllm/v1/worker/gpu_worker.py`` ``determine_available_memory``:
+    ``requested_memory (= total x gpu_memory_utilization) - non_kv_cache_memory`` (weights +
+    the torch peak of a profile run over ``max_num_batched_tokens`` + non-torch memory), the
+    CUDA-graph estimate subtracted only under ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``
+    (here inside ``reserved``);
+  - SGLang (``--mem-fraction-static``): ``f x (memory - reserved) - weights - state``.
+    ``sglang/srt/model_executor/model_runner.py`` ``profile_max_num_token``: ``rest_memory =
+    available_gpu_memory - total_gpu_memory x (1 - mem_fraction_static)``, where
+    ``total_gpu_memory`` is the free memory after the CUDA context and NCCL are up and
+    ``available_gpu_memory`` that minus the weights; activations and CUDA graphs live in the
+    ``1 - f`` left over, so they are not subtracted;
+  - TRT-LLM (``kv_cache_config.free_gpu_memory_fraction``, default 0.9): ``f x (memory -
+    weights - activations - reserved) - state``. ``tensorrt_llm/_torch/pyexecutor/_util.py``
+    ``KvCacheCreator._cal_max_memory``: ``available_kv_mem = (total_gpu_memory - peak_memory +
+    allocated_bytes) x fraction``, ``peak_memory`` the torch + non-torch peak of a profiling
+    forward over ``max_num_tokens`` (weights, activations, runtime).
 
 A deployment is infeasible when the pool cannot hold one full scheduling chunk, i.e. fewer than
 ``ceil(max_num_batched_tokens / block_size)`` blocks: the engine could then never run the step
@@ -153,17 +172,40 @@ def activation_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int) -> 
     return max(raw, MIN_ACTIVATION_BYTES)
 
 
+def kv_budget_bytes(
+    backend: str, memory: int, fraction: float, *, weights: int, activations: int, reserved: int
+) -> int:
+    """Bytes one GPU gives its KV cache by ``backend``'s own formula (module docstring).
+
+    ``fraction`` is the engine's memory flag (vLLM ``gpu_memory_utilization``, SGLang
+    ``mem_fraction_static``, TRT-LLM ``free_gpu_memory_fraction``); ``reserved`` the runtime
+    (CUDA context, NCCL, graphs). Per-request state is not included.
+    """
+    if backend == "sglang":
+        return math.floor((memory - reserved) * fraction) - weights
+    if backend == "trtllm":
+        return math.floor((memory - weights - activations - reserved) * fraction)
+    return math.floor(memory * fraction) - weights - activations - reserved
+
+
 def _pool(config: DeploymentConfig, model: ModelSpec, gpu: GpuSpec) -> KVPool:
     eng = config.engine
     moe_tp = config.moe_tp_size if model.is_moe else 1
     weights = weight_bytes_per_gpu(model, config.dtype, tp=config.tp, ep=config.ep, moe_tp=moe_tp)
+    draft = draft_weight_bytes_per_gpu(config)
+    weights += draft
     per_token = kv_bytes_per_token(model, config.tp, config.kv_dtype)
     state = eng.max_num_seqs * state_bytes_per_request(model, config.tp, config.kv_dtype)
     act = activation_bytes(model, config.tp, eng.max_num_batched_tokens)
     multi_gpu = config.tp * config.attention_dp > 1
-    reserved = RUNTIME_RESERVED_BYTES + (NCCL_RESERVED_BYTES if multi_gpu else 0) + state
-    usable = math.floor(gpu.memory_bytes * eng.gpu_memory_utilization)
-    budget = usable - weights - act - reserved
+    runtime = RUNTIME_RESERVED_BYTES + (NCCL_RESERVED_BYTES if multi_gpu else 0)
+    reserved = runtime + state
+    fraction = eng.gpu_memory_utilization
+    budget = kv_budget_bytes(
+        config.backend, gpu.memory_bytes, fraction, weights=weights, activations=act,
+        reserved=runtime,
+    ) - state  # fmt: skip
+    usable = math.floor(gpu.memory_bytes * fraction)
     block_bytes = per_token * eng.block_size
     blocks = max(0, budget // block_bytes)
     needed_blocks = math.ceil(eng.max_num_batched_tokens / eng.block_size)
@@ -175,8 +217,9 @@ def _pool(config: DeploymentConfig, model: ModelSpec, gpu: GpuSpec) -> KVPool:
         raise InfeasibleError(
             f"{config.model} does not fit on {config.gpu} with {shape} ({config.dtype}): "
             f"{missing / GIB:.2f} GiB ({missing} bytes) short of a KV pool for one "
-            f"{eng.max_num_batched_tokens}-token chunk (weights {weights / GIB:.1f} GiB/GPU, "
-            f"usable {usable / GIB:.1f} GiB/GPU)"
+            f"{eng.max_num_batched_tokens}-token chunk (weights {weights / GIB:.1f} GiB/GPU"
+            + (f" with the draft model's {draft / GIB:.1f}" if draft else "")
+            + f", usable {usable / GIB:.1f} GiB/GPU)"
         )
     return KVPool(
         weights_bytes_per_gpu=weights,
@@ -188,6 +231,22 @@ def _pool(config: DeploymentConfig, model: ModelSpec, gpu: GpuSpec) -> KVPool:
         total_kv_blocks=blocks,
         kv_tokens=blocks * eng.block_size,
     )
+
+
+def draft_weight_bytes_per_gpu(config: DeploymentConfig) -> int:
+    """The weights a speculative draft model (``speculative.method: draft``) adds to each GPU.
+
+    vLLM loads the draft model on the target's GPUs, sharded with the target's tensor
+    parallelism by default (``SpeculativeConfig.draft_tensor_parallel_size``: 1 or the
+    target's). Its own KV cache (the draft's layers, per token) is not counted: an
+    approximation that overstates the KV pool by the draft's share of it.
+    """
+    spec = config.speculative
+    if spec is None or spec.draft_model is None or spec.num_speculative_tokens == 0:
+        return 0
+    draft = model_spec(spec.draft_model)
+    moe_tp = config.tp if draft.is_moe else 1
+    return weight_bytes_per_gpu(draft, config.dtype, tp=config.tp, ep=1, moe_tp=moe_tp)
 
 
 def check_feasible(config: DeploymentConfig) -> KVPool:

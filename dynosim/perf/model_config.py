@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import functools
 import json
+import stat
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
+from dynosim.checks import flag, integer
 from dynosim.errors import ConfigError
 from dynosim.perf.model_spec import ModelSpec
 
@@ -125,6 +127,11 @@ def load_config_file(path: str) -> ModelSpec:
         ConfigError: the file cannot be read, is not a JSON object, or dynosim cannot model it.
     """
     try:
+        info = Path(path).stat()
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_CONFIG_BYTES:
+            size = f"{info.st_size:,} bytes" if stat.S_ISREG(info.st_mode) else "not a file"
+            allowed = f"a config.json file of at most {MAX_CONFIG_BYTES:,} bytes ({size})"
+            raise ConfigError("model", path, allowed)
         data: Any = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
@@ -212,11 +219,36 @@ def _architecture(cfg: dict[str, Any]) -> str:
     return repr(archs)
 
 
-def _int(name: str, cfg: dict[str, Any], key: str, default: int | None = None) -> int:
+MAX_CONFIG_BYTES = 16 << 20
+"""Largest ``config.json`` read (a model's is a few KB; a FIFO or a sparse 2 GB file is refused
+before reading)."""
+MAX_CONFIG_INT = 1 << 24
+"""Largest size or count a ``config.json`` field may hold (16,777,216: a vocabulary, an MLP
+width or an expert count of any released model is far below; a 5,000-digit one is refused)."""
+
+
+def _int(
+    name: str, cfg: dict[str, Any], key: str, default: int | None = None, *, low: int = 1
+) -> int:
+    """``cfg[key]`` (or ``default``): an integer in ``[low, MAX_CONFIG_INT]``.
+
+    The error names the file and the field: ``model PATH: KEY: got VALUE; allowed: ...``.
+    """
     value = cfg.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError("model", name, f"a config.json with {key} (a positive integer)")
-    return value
+    if value is None:
+        raise ConfigError(f"model {name}: {key}", value, "present in config.json (an integer)")
+    return integer(f"model {name}: {key}", value, low, MAX_CONFIG_INT)
+
+
+def _count(name: str, cfg: dict[str, Any], key: str) -> int:
+    """An optional count (absent, null or 0: none), e.g. ``q_lora_rank``, ``n_shared_experts``."""
+    return _int(name, cfg, key, 0, low=0) if cfg.get(key) is not None else 0
+
+
+def _flag(name: str, cfg: dict[str, Any], key: str) -> bool:
+    """An optional boolean (absent or null: false)."""
+    value = cfg.get(key)
+    return False if value is None else flag(f"model {name}: {key}", value)
 
 
 def parse_config(cfg: dict[str, Any], *, name: str, aic_name: str | None) -> ModelSpec:
@@ -257,12 +289,12 @@ def parse_config(cfg: dict[str, Any], *, name: str, aic_name: str | None) -> Mod
     if arch in _MLA_ARCHS:
         extra.update(
             kv_lora_rank=_int(name, cfg, "kv_lora_rank"),
-            q_lora_rank=cfg.get("q_lora_rank") or 0,
+            q_lora_rank=_count(name, cfg, "q_lora_rank"),
             qk_rope_head_dim=_int(name, cfg, "qk_rope_head_dim"),
             qk_nope_head_dim=_int(name, cfg, "qk_nope_head_dim"),
             v_head_dim=_int(name, cfg, "v_head_dim"),
-            dense_layers=cfg.get("first_k_dense_replace") or 0,
-            shared_intermediate=(cfg.get("n_shared_experts") or 0) * moe_intermediate,
+            dense_layers=_count(name, cfg, "first_k_dense_replace"),
+            shared_intermediate=_count(name, cfg, "n_shared_experts") * moe_intermediate,
         )
         if cfg.get("index_n_heads"):
             extra.update(
@@ -280,9 +312,9 @@ def parse_config(cfg: dict[str, Any], *, name: str, aic_name: str | None) -> Mod
         )
     if arch == "Qwen3_5MoeForCausalLM":
         extra.update(
-            output_gate=cfg.get("attn_output_gate") is True,
-            shared_intermediate=cfg.get("shared_expert_intermediate_size") or 0,
-            shared_gate=bool(cfg.get("shared_expert_intermediate_size")),
+            output_gate=_flag(name, cfg, "attn_output_gate"),
+            shared_intermediate=_count(name, cfg, "shared_expert_intermediate_size"),
+            shared_gate=_count(name, cfg, "shared_expert_intermediate_size") > 0,
             linear_layers=sum(t == "linear_attention" for t in layer_types),
             linear_key_heads=_int(name, cfg, "linear_num_key_heads"),
             linear_value_heads=_int(name, cfg, "linear_num_value_heads"),
@@ -290,17 +322,24 @@ def parse_config(cfg: dict[str, Any], *, name: str, aic_name: str | None) -> Mod
             linear_value_dim=_int(name, cfg, "linear_value_head_dim"),
             linear_conv_kernel=_int(name, cfg, "linear_conv_kernel_dim"),
         )
+    layers = _int(name, cfg, "num_hidden_layers")
+    for key in ("dense_layers", "sliding_layers", "linear_layers"):
+        if extra.get(key, 0) > layers:
+            field = {"dense_layers": "first_k_dense_replace"}.get(key, "layer_types")
+            raise ConfigError(
+                f"model {name}: {field}", extra[key], f"at most num_hidden_layers ({layers}) layers"
+            )
     return ModelSpec(
         name=name,
         aic_name=aic_name,
-        layers=_int(name, cfg, "num_hidden_layers"),
+        layers=layers,
         hidden=hidden,
         heads=heads,
         kv_heads=kv_heads,
         head_dim=head_dim,
         intermediate=intermediate,
         vocab=_int(name, cfg, "vocab_size"),
-        tied_embeddings=cfg.get("tie_word_embeddings", False) is True,
+        tied_embeddings=_flag(name, cfg, "tie_word_embeddings"),
         experts=experts,
         topk=topk,
         moe_intermediate=moe_intermediate,

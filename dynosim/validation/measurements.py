@@ -23,25 +23,48 @@ Formats, told apart by their content (tool result files: :mod:`dynosim.validatio
 * AIPerf ``profile_export_aiperf.json`` / ``.csv`` and vLLM ``bench serve --save-result`` JSON:
   one point per file, the deployment fields from a context (``--deployment``).
 
-A malformed row is a one-line ``WorkloadError`` naming the file, the line and the field.
+A malformed row is a one-line ``WorkloadError`` naming the file, the line and the field. The
+file is read as a stream with a size and a row bound, and every point's figures are checked
+against :mod:`dynosim.workload.limits` (:func:`check_point`); :func:`check_replay` refuses a
+replay whose projected work (clients x rounds x tokens) is too large before it starts.
 """
 
 from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Mapping
+import stat
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
+from dynosim.checks import integer, is_number
 from dynosim.errors import ConfigError, WorkloadError
 from dynosim.validation.measurement import Measurement
 from dynosim.validation.silicon import parse_disagg_pools, parse_row, row_kv_dtype
 from dynosim.validation.tool_exports import is_aiperf_csv, parse_aiperf_csv, parse_json
 from dynosim.workload.client import CLIENTS, ClientName
+from dynosim.workload.limits import (
+    CLIENTS_WHY,
+    MAX_CLIENTS,
+    MAX_MEASUREMENT_BYTES,
+    MAX_MEASUREMENT_ROWS,
+    MAX_REPLAY_TOKENS,
+    MAX_ROUNDS,
+    MAX_TIME_S,
+    MAX_TOKENS,
+    MAX_TP,
+)
 
-__all__ = ["PLAIN_FIELDS", "PLAIN_OPTIONAL", "Measurement", "read_measurements"]
+__all__ = [
+    "PLAIN_FIELDS",
+    "PLAIN_OPTIONAL",
+    "Measurement",
+    "check_point",
+    "check_replay",
+    "read_measurements",
+]
 
 PLAIN_FIELDS = ("model", "gpu", "backend", "tp", "isl", "osl", "concurrency", "ttft_ms", "tpot_ms")
 PLAIN_OPTIONAL = ("dtype", "client", "max_num_seqs", "max_num_batched_tokens",
@@ -61,34 +84,127 @@ def read_measurements(
     """
     p = Path(path)
     try:
-        with p.open(newline="") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise WorkloadError(f"{p}: cannot read measurements: {exc}") from None
-    if text.lstrip("\ufeff").lstrip().startswith("{"):
-        return parse_json(p, text, context or {})
-    if is_aiperf_csv(text):
-        return parse_aiperf_csv(p, text, context or {})
-    reader = csv.DictReader(text.splitlines())
-    header = set(reader.fieldnames or ())
-    if {"model_path", "system", "silicon_ttft_ms"} <= header:
-        return [_silicon(p, i + 2, r) for i, r in enumerate(reader)]
-    if set(PLAIN_FIELDS) <= header:
-        return [_plain(p, i + 2, r) for i, r in enumerate(reader)]
-    raise WorkloadError(
-        f"{p}:1: unknown measurement format; accepted: AIConfigurator's silicon_sample.csv, a "
-        f"CSV with the columns {','.join(PLAIN_FIELDS)}, AIPerf's profile_export_aiperf.json or "
-        ".csv, vLLM bench serve --save-result JSON"
-    )
+        info = p.stat()
+        if not stat.S_ISREG(info.st_mode):  # a FIFO would block, /dev/zero never ends
+            raise WorkloadError(f"{p}: cannot read measurements: not a regular file")
+        size = info.st_size
+        if size > MAX_MEASUREMENT_BYTES:
+            raise WorkloadError(
+                f"{p}: size: got {size:,} bytes; allowed: at most {MAX_MEASUREMENT_BYTES:,} "
+                "bytes (a measurement file of at most "
+                f"{MAX_MEASUREMENT_ROWS:,} rows)"
+            )
+        with p.open(newline="", encoding="utf-8") as f:
+            head = f.read(4096).lstrip("\ufeff")
+            f.seek(0)
+            if head.lstrip().startswith("{"):
+                return [check_point(m) for m in parse_json(p, f.read(), context or {})]
+            if head.startswith("Metric,"):
+                text = f.read()
+                if is_aiperf_csv(text):
+                    return [check_point(m) for m in parse_aiperf_csv(p, text, context or {})]
+                f.seek(0)
+            return _read_csv(p, f)
+    except OSError as exc:
+        raise WorkloadError(f"{p}: cannot read measurements: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise WorkloadError(f"{p}: cannot read measurements: not UTF-8 ({exc.reason})") from None
+
+
+def _read_csv(p: Path, f: TextIO) -> list[Measurement]:
+    """A silicon or plain CSV, row by row (at most :data:`MAX_MEASUREMENT_ROWS` rows)."""
+    reader = csv.reader(f)
+    try:
+        header = [h.strip().lstrip("\ufeff") for h in next(reader, [])]
+        duplicated = sorted({h for h in header if header.count(h) > 1})
+        if duplicated:
+            raise WorkloadError(f"{p}:1: {duplicated[0]}: a column named twice in the header")
+        if {"model_path", "system", "silicon_ttft_ms"} <= set(header):
+            parse = _silicon
+        elif set(PLAIN_FIELDS) <= set(header):
+            parse = _plain
+        else:
+            raise WorkloadError(
+                f"{p}:1: unknown measurement format; accepted: AIConfigurator's "
+                f"silicon_sample.csv, a CSV with the columns {','.join(PLAIN_FIELDS)}, AIPerf's "
+                "profile_export_aiperf.json or .csv, vLLM bench serve --save-result JSON"
+            )
+        out: list[Measurement] = []
+        for cells in reader:
+            line = reader.line_num
+            if not any(c.strip() for c in cells):
+                continue  # a blank line
+            if len(cells) != len(header):
+                raise WorkloadError(
+                    f"{p}:{line}: got {len(cells)} cells; allowed: one per header column "
+                    f"({len(header)})"
+                )
+            if len(out) >= MAX_MEASUREMENT_ROWS:
+                raise WorkloadError(
+                    f"{p}:{line}: rows: more than {MAX_MEASUREMENT_ROWS:,}; allowed: at most "
+                    f"{MAX_MEASUREMENT_ROWS:,} rows a measurement file"
+                )
+            out.append(check_point(parse(p, line, dict(zip(header, cells, strict=True)))))
+    except csv.Error as exc:
+        raise WorkloadError(f"{p}:{reader.line_num}: malformed CSV: {exc}") from None
+    if not out:
+        raise WorkloadError(f"{p}: rows: none; allowed: a header and at least one row")
+    return out
+
+
+def check_point(m: Measurement) -> Measurement:
+    """``m`` if its figures are within the bounds of :mod:`dynosim.workload.limits`.
+
+    Every reader's points pass here: a refused row (the simulator cannot build it) is kept for
+    the report, a figure out of range is a one-line error naming the file, line and field.
+    """
+
+    def bad(name: str, value: object, allowed: str) -> WorkloadError:
+        return WorkloadError(f"{m.where}: {name}: got {value!r}; allowed: {allowed}")
+
+    for name, value, high, why in (
+        ("tp", m.tp, MAX_TP, ""),
+        ("concurrency", m.concurrency, MAX_CLIENTS, f" ({CLIENTS_WHY})"),
+        ("isl", m.isl, MAX_TOKENS, ""),
+        ("osl", m.osl, MAX_TOKENS, ""),
+    ):
+        if not 1 <= value <= high:
+            raise bad(name, value, f"an integer in [1, {high:,}]{why}")
+    if not (is_number(m.ttft_ms) and 0 < m.ttft_ms < MAX_TIME_S * 1e3):
+        raise bad("ttft_ms", m.ttft_ms, "a finite number of milliseconds > 0")
+    if not (is_number(m.tpot_ms) and 0 <= m.tpot_ms < MAX_TIME_S * 1e3) or (
+        m.tpot_ms == 0 and m.osl > 1
+    ):
+        raise bad("tpot_ms", m.tpot_ms, "a finite number of milliseconds > 0 (>= 0 for osl 1)")
+    return m
+
+
+def check_replay(rows: Sequence[Measurement], rounds: int) -> None:
+    """Refuse a replay whose projected work is beyond :data:`MAX_REPLAY_TOKENS` a row.
+
+    ``rounds``: requests a client sends (``--rounds``, at most :data:`MAX_ROUNDS`). A row's
+    work is its clients x rounds x (input + output tokens): every token is stepped.
+    """
+    integer("--rounds", rounds, 1, MAX_ROUNDS)
+    for m in rows:
+        work = (m.concurrency + m.queued) * rounds * (m.isl + m.osl)
+        if work > MAX_REPLAY_TOKENS:
+            raise WorkloadError(
+                f"{m.where}: concurrency x rounds x (isl + osl): got {m.concurrency:,} x "
+                f"{rounds:,} x {m.isl + m.osl:,} = {work:,} tokens; allowed: at most "
+                f"{MAX_REPLAY_TOKENS:,} tokens a replayed point (fewer --rounds)"
+            )
 
 
 def _num(where: str, row: dict[str, str], key: str, kind: type, low: float) -> Any:
     raw = (row.get(key) or "").strip()
+    if len(raw) > 40:  # int() of a 5,000-digit string is slow and no figure needs it
+        raise WorkloadError(f"{where}: {key}: got {raw[:20]!r}...; allowed: a number")
     try:
         value = kind(raw)
     except ValueError:
         raise WorkloadError(f"{where}: {key}: got {raw!r}; allowed: a number") from None
-    if not value >= low or value != value or value in (float("inf"),):
+    if not is_number(value) or not value >= low:
         raise WorkloadError(f"{where}: {key}: got {raw!r}; allowed: a finite number >= {low:g}")
     return value
 
@@ -121,7 +237,7 @@ def _silicon(path: Path, line: int, r: dict[str, str]) -> Measurement:
     if base.mode == "disagg":
         try:
             dtype, prefill, decode = parse_disagg_pools(r)
-        except (ConfigError, KeyError, ValueError) as exc:
+        except (ConfigError, KeyError, ValueError, OverflowError) as exc:
             return replace(base, refused=f"mode disagg: {exc}")
         return replace(
             base,
@@ -135,11 +251,12 @@ def _silicon(path: Path, line: int, r: dict[str, str]) -> Measurement:
 
     try:
         row = parse_row(r)
-    except (ConfigError, KeyError, ValueError) as exc:
+    except (ConfigError, KeyError, ValueError, OverflowError) as exc:
         return replace(base, refused=str(exc))
     return replace(
         base,
         concurrency=row.concurrency,  # batch_size x attention_dp: the clients of all ranks
+        tp=row.tp,  # attention TP per DP rank, as parse_row reads the row's GPUs
         dtype=row.dtype,
         ep=row.ep,
         moe_tp=row.moe_tp,

@@ -112,6 +112,50 @@ def _source_concurrency(source: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
+def _is_inferencex_dump(source: str) -> bool:
+    """Whether a row comes from an InferenceX database dump (see :func:`_inferencex_shape`).
+
+    Those are the ``db-dump/...`` and ``source_file=2026-04-06.csv`` rows, whose converter
+    wrote InferenceX's ``tp``/``ep`` into AIConfigurator's columns in its own way.
+    """
+    return source.startswith("db-dump/") or source.startswith("source_file=2026-04-06.csv")
+
+
+def _inferencex_shape(
+    r: dict[str, str], tp: int, adp: int, moe_tp: int | None, ep: int
+) -> tuple[int, int, int | None, int]:
+    """``(tp, attention_dp, moe_tp, ep)`` of an InferenceX-dump MoE row, on the GPUs it ran on.
+
+    InferenceX runs a single-node point on ``TP`` GPUs (its runner allocates
+    ``--gres=gpu:$TP``; its search space names ``{tp: 4, ep: 4, dp-attn: true}`` "tp=4 with
+    expert parallelism=4 and data-parallel attention", SemiAnalysisAI/InferenceX
+    ``.github/configs/nvidia-master.yaml`` and its AGENTS guide). The dump's converter recorded
+    such a point (the 2026-04-06 rows name it in their id, ``..._tp4_ep4_N``) as
+    ``moe_tp = TP``, ``moe_ep = EP`` with ``tp_size = TP x EP`` (SGLang and TRT-LLM without
+    attention DP), ``tp_size = 1``, ``attention_dp_size = TP x EP`` (TRT-LLM with attention
+    DP), or ``tp_size = attention_dp_size = TP``, ``moe_ep = TP x TP`` (vLLM with attention
+    DP): read by AIConfigurator's own rule (``ModelConfig``: ``tp_size x pp_size x
+    attention_dp_size`` GPUs, ``tp_size x attention_dp_size = moe_tp_size x moe_ep_size``)
+    that is ``EP`` or ``TP`` times the GPUs the point ran on. On those ``TP`` GPUs: without
+    attention DP, attention is ``TP``-way tensor parallel and each expert ``TP / EP``-way
+    (SGLang ``--ep-size``, TRT-LLM ``moe_expert_parallel_size``: expert TP = TP / EP); with
+    it, ``TP`` DP ranks of attention TP 1, the experts split the same way (vLLM's
+    ``--enable-expert-parallel`` makes EP = DP x TP = ``TP``). With ``EP = 1`` the dump's
+    columns already say this and nothing changes.
+    """
+    gpus = tp * adp
+    if r["backend"] == "vllm":
+        if adp > 1 and ep == gpus and tp == adp:  # tp_size = attention_dp = TP, ep = TP x TP
+            return 1, tp, 1, tp
+        return tp, adp, moe_tp, ep
+    width, experts = moe_tp or 1, ep
+    if experts > 1 and width > 1 and width * experts == gpus and width % experts == 0:
+        if adp > 1:  # attention DP: TP ranks of attention TP 1
+            return 1, width, width // experts, experts
+        return width, 1, width // experts, experts
+    return tp, adp, moe_tp, ep
+
+
 def parse_row(r: dict[str, str]) -> SiliconRow:
     """One aggregated row of ``silicon_sample.csv``.
 
@@ -138,6 +182,9 @@ def parse_row(r: dict[str, str]) -> SiliconRow:
             # vLLM 0.12 on H200) have no column, and their batch_size is the clients recorded.
             adp = wide // tp
             clients = _source_concurrency(r["silicon_data_source"]) or int(r["batch_size"])
+    if spec.is_moe and _is_inferencex_dump(r["silicon_data_source"]):
+        tp, adp, moe_tp, ep = _inferencex_shape(r, tp, adp, moe_tp, ep or 1)
+        clients = _source_concurrency(r["silicon_data_source"]) or clients
     return SiliconRow(
         model=model,
         gpu=r["system"],

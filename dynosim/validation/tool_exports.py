@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dynosim.checks import is_number
 from dynosim.errors import WorkloadError
 from dynosim.validation.measurement import Measurement
 
@@ -133,7 +134,7 @@ def _dict(value: object) -> dict[str, Any]:
 def _finite(where: str, name: str, raw: object) -> float:
     try:
         x = float(raw)  # type: ignore[arg-type]  # checked below
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise WorkloadError(f"{where}: {name}: got {raw!r}; allowed: a number") from None
     if isinstance(raw, bool) or not math.isfinite(x) or x < 0:
         raise WorkloadError(f"{where}: {name}: got {raw!r}; allowed: a finite number >= 0")
@@ -156,10 +157,15 @@ def _measurement(
     ints = {}
     for key in ("tp", "concurrency", "isl", "osl"):
         raw = merged.get(key, 1)
-        try:
-            ints[key] = max(1, round(float(raw)))
-        except (TypeError, ValueError):
-            raise WorkloadError(f"{where}: {key}: got {raw!r}; allowed: an integer >= 1") from None
+        # a count (tp, concurrency) is an integer; a length is a mean, rounded to the nearest
+        ok = is_number(raw) and (raw == int(raw) if key in ("tp", "concurrency") else True)
+        if not ok or round(raw) < 1:
+            kind = "an integer >= 1" if key in ("tp", "concurrency") else "a finite mean >= 0.5"
+            raise WorkloadError(f"{where}: {key}: got {raw!r}; allowed: {kind}")
+        ints[key] = round(raw)
+    for key in ("model", "gpu", "backend"):
+        if not isinstance(merged[key], str) or not merged[key].strip():
+            raise WorkloadError(f"{where}: {key}: got {merged[key]!r}; allowed: a name")
     return Measurement(
         where=where,
         model=str(merged["model"]),

@@ -18,9 +18,23 @@ run (concurrency, ISL/OSL, how many requests); the tool fills in what it does by
   (``--isl-stddev 0 --osl-stddev 0``), ``ignore_eos`` via ``--extra-inputs``.
 
 Every field can be set explicitly instead. ``ramp_up_s`` spreads the clients' first requests
-evenly over that time (all at 0 by default, as the tools start them). Warm-up requests are the
-first requests of the workload (ids 0..warmups-1) and are sent first, by the same clients; the
-simulation leaves the first ``warmups`` to complete out of its metrics.
+evenly over that time (all at 0 by default, as the tools start them).
+
+A real client does not send its next request the instant the previous one completes: the
+tool's own work between the two (parse the last SSE chunk, record the metrics, release the
+``--max-concurrency`` semaphore and build the next HTTP request on one asyncio event loop,
+vLLM ``benchmarks/serve.py`` ``limited_request_func``; AIPerf's credit return and re-issue
+between its worker processes) takes a while that varies from request to request, so clients
+that start together with equal lengths drift apart instead of staying in lockstep.
+``send_overhead_s`` (the mean of that gap) and ``send_jitter_s`` (its spread: the gap is
+uniform in ``send_overhead_s +- send_jitter_s``) model it: every request, the first ones too
+(they go out as the event loop reaches each task), is sent that long after it could be. Both
+are 0 by default (no tool documents a figure; set them from a measurement of the harness);
+the gaps are drawn from ``seed`` by their own stream, so the lengths do not change with them.
+
+Warm-up requests are the first requests of the workload (ids 0..warmups-1) and are sent first,
+by the same clients; the simulation leaves the first ``warmups`` to complete out of its
+metrics.
 
 How each tool reports latencies differs (which requests a mean covers, per-request TPOT vs
 token-weighted ITL); :mod:`dynosim.validation.client_metrics` computes each tool's figures from
@@ -57,6 +71,8 @@ class BenchmarkClient:
     warmups: int | None = None
     range_ratio: float | None = None
     ramp_up_s: float = 0.0
+    send_overhead_s: float = 0.0
+    send_jitter_s: float = 0.0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -77,6 +93,15 @@ class BenchmarkClient:
         t = self.ramp_up_s
         if isinstance(t, bool) or not isinstance(t, int | float) or not 0.0 <= t < MAX_TIME_S:
             raise ConfigError("client.ramp_up_s", t, f"a number of seconds in [0, {MAX_TIME_S:g})")
+        for name in ("send_overhead_s", "send_jitter_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 <= v < 60.0:
+                raise ConfigError(f"client.{name}", v, "a number of seconds in [0, 60)")
+        if self.send_jitter_s > self.send_overhead_s:
+            raise ConfigError(
+                "client.send_jitter_s", self.send_jitter_s,
+                f"at most client.send_overhead_s ({self.send_overhead_s}): a gap is never < 0",
+            )  # fmt: skip
         integer("client.seed", self.seed, 0, 2**63 - 1)
         if self.measured + self.warmup_count > MAX_REQUESTS:
             raise ConfigError("client.requests", self.measured, f"with warm-up, {REQUESTS_WHY}")
@@ -143,16 +168,19 @@ def client_requests(client: BenchmarkClient) -> list[Request]:
 
     Request ``k`` is sent by client ``k % concurrency``: the first ``concurrency`` requests at
     ``ramp_up_s * i / concurrency`` (0 by default), each later one as soon as its client's
-    previous one completes (``after_id``). Lengths are ``round(uniform(ratio, 1) * nominal)``
-    (at least 1), drawn from ``seed``. Every prompt has its own hash ids (no shared prefix)
+    previous one completes (``after_id``), each sent a gap uniform in ``send_overhead_s +-
+    send_jitter_s`` later (first requests: added to their start; later ones: ``delay_s``).
+    Lengths are ``round(uniform(ratio, 1) * nominal)`` (at least 1), drawn from ``seed``.
+    Every prompt has its own hash ids (no shared prefix)
     except the warm-up copies, which repeat the first measured prompt's.
     """
     c, n_warm, n = client.concurrency, client.warmup_count, client.measured
     rng = np.random.default_rng(client.seed)
-    in_rng, out_rng = rng.spawn(2)
+    in_rng, out_rng, gap_rng = rng.spawn(3)  # the first two as before the gaps existed
     isl = _lengths(client.isl, client.ratio, n, in_rng)
     osl = _lengths(client.osl, client.ratio, n, out_rng)
     total = n_warm + n
+    gaps = _gaps(client.send_overhead_s, client.send_jitter_s, total, gap_rng)
     out: list[Request] = []
     next_hash = 0
     first_hashes: tuple[int, ...] = ()
@@ -173,7 +201,8 @@ def client_requests(client: BenchmarkClient) -> list[Request]:
         out.append(
             Request(
                 id=k,
-                arrival_s=client.ramp_up_s * k / c if first else 0.0,
+                arrival_s=client.ramp_up_s * k / c + gaps[k] if first else 0.0,
+                delay_s=0.0 if first else gaps[k],
                 input_tokens=isl[0 if k < n_warm else m],
                 output_tokens=osl[0 if k < n_warm else m],
                 block_hashes=hashes,
@@ -188,4 +217,12 @@ def _lengths(nominal: int, ratio: float, n: int, rng: np.random.Generator) -> li
         return [nominal] * n
     draws = rng.uniform(ratio * nominal, nominal, n)
     out: list[int] = np.maximum(1, np.rint(draws)).astype(np.int64).tolist()
+    return out
+
+
+def _gaps(mean: float, jitter: float, n: int, rng: np.random.Generator) -> list[float]:
+    """``n`` send gaps uniform in ``mean +- jitter`` (all ``mean`` without jitter, no draw)."""
+    if jitter <= 0.0:
+        return [float(mean)] * n
+    out: list[float] = rng.uniform(mean - jitter, mean + jitter, n).tolist()
     return out

@@ -10,15 +10,28 @@ from __future__ import annotations
 import math
 
 from dynosim.checks import bound_text, number
+from dynosim.config.cluster import INTERVAL_WHY, MIN_INTERVAL_S, MIN_LINK_GBPS
 from dynosim.errors import ConfigError
 
 __all__ = [
+    "CLIENTS_WHY",
+    "INTERVAL_WHY",
     "MAX_BLOCK_IDS",
+    "MAX_CLIENTS",
+    "MAX_FIT_WEIGHT",
+    "MAX_MEASUREMENT_BYTES",
+    "MAX_MEASUREMENT_ROWS",
+    "MAX_REPLAY_TOKENS",
     "MAX_REQUESTS",
+    "MAX_ROUNDS",
+    "MAX_SAMPLES",
     "MAX_TIME_S",
     "MAX_TOKENS",
+    "MAX_TP",
     "MAX_TRACE_BYTES",
     "MEMORY_WHY",
+    "MIN_INTERVAL_S",
+    "MIN_LINK_GBPS",
     "REQUESTS_WHY",
     "TIME_WHY",
     "check_time",
@@ -43,6 +56,33 @@ TIME_WHY = f"a finite number of seconds in [0, {MAX_TIME_S:g}) (about 31.7 years
 
 MAX_TRACE_BYTES = 4 << 30
 """Largest trace file read (it is read into memory whole)."""
+
+MAX_SAMPLES = 2_000_000
+"""Most periodic observations (timeline samples, planner metric pulls) a run may project:
+its arrivals' span over the period. Each sample holds every pool's state (~100 bytes a
+worker)."""
+
+MAX_CLIENTS = 65_536
+"""Most concurrent clients of one measured benchmark point (the shipped AIConfigurator
+``silicon_sample.csv`` peaks at 12,288: 256 a DP rank x 48 ranks)."""
+CLIENTS_WHY = f"at most {MAX_CLIENTS:,} clients a measured point"
+
+MAX_TP = 1024
+"""Largest tensor-parallel size of a measured point (far beyond any NVLink domain)."""
+
+MAX_ROUNDS = 1000
+"""Most requests a client sends in a replay of a measured point (``--rounds``)."""
+
+MAX_REPLAY_TOKENS = 2_000_000_000
+"""Most tokens (clients x rounds x (input + output)) one measured point may replay: the
+simulation steps every request's every token, so this bounds one row's work to minutes (the
+largest row of the shipped ``silicon_sample.csv`` replays ~3 x 10^8 at the default 4 rounds)."""
+
+MAX_MEASUREMENT_BYTES = 256 << 20
+"""Largest measurement file read (a CSV row is ~100-300 bytes: ~10^6 rows)."""
+
+MAX_MEASUREMENT_ROWS = 1_000_000
+"""Most rows of one measurement file."""
 
 
 def finite_number(value: object) -> bool:
@@ -78,3 +118,9 @@ def finite_in(
 def check_time(seconds: float) -> bool:
     """True when ``seconds`` is a time the simulator can hold: finite, in [0, MAX_TIME_S)."""
     return 0.0 <= seconds < MAX_TIME_S
+
+
+MAX_FIT_WEIGHT = 1e6
+"""Largest weight of a calibration fit term (``--factor-prior``, ``--ttft-weight``): the
+residuals are figures of order 1-10^4 ms; a weight beyond 10^6 makes the least squares
+ill-conditioned (1e308 overflows them to infinity) without changing the fit further."""

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import shlex
 import sys
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
 from dynosim.errors import DynosimError
 
@@ -30,6 +32,10 @@ COMMANDS = {
         "study.export",
         "Print a trial as launch commands for its backend and an AIPerf check.",
     ),
+    "recommend": (
+        "study.recommend",
+        "Answer 'what carries my traffic within my SLOs?' with a quick capacity study.",
+    ),
     "validate": (
         "simulator.validate",
         "Replay measured benchmark points in the simulator and report the error.",
@@ -38,6 +44,9 @@ COMMANDS = {
         "simulator.calibrate",
         "Fit a calibration profile (step and host overheads) to measurements.",
     ),
+    "models": ("simulator.catalog", "List the models that can be simulated."),
+    "gpus": ("simulator.catalog", "List the GPUs, their specs and the price used for cost."),
+    "backends": ("simulator.catalog", "List the backends and where AIConfigurator has data."),
 }
 
 
@@ -78,12 +87,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     assert module is not None
     warnings.showwarning = _one_line(args.command)
     try:
+        if args.command == "tune":  # before a long run: latency targets written in seconds
+            from search.cli.shared import study_unit_warnings
+
+            for line in study_unit_warnings(Path(args.study)):
+                warnings.warn(line, UserWarning, stacklevel=1)
         return int(module.run(args) or 0)
     except DynosimError as exc:
         print(f"dynosim {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"dynosim {args.command}: interrupted", file=sys.stderr)
+        hint = resume_hint(args) if args.command in ("tune", "resume") else ""
+        print(f"dynosim {args.command}: interrupted{hint}", file=sys.stderr)
         return 130
 
 
@@ -94,3 +109,25 @@ def _one_line(command: str):  # type: ignore[no-untyped-def]
         print(f"dynosim {command}: warning: {message}", file=file or sys.stderr)
 
     return show
+
+
+def resume_hint(args: argparse.Namespace) -> str:
+    """What to run to continue the study an interrupted ``tune`` or ``resume`` was running."""
+    from search.cli.shared import invocation
+    from search.cli.study import tune
+    from search.store.open import open_storage, study_names
+    from search.study.study_file import load_study_file
+
+    try:
+        if args.command == "tune":
+            sf = load_study_file(args.study, tune.overrides(args))
+            name, storage = sf.name, sf.storage
+        else:
+            name, storage = args.name, args.storage
+        stored = name in study_names(open_storage(storage, create=False))
+    except (DynosimError, OSError):
+        return ""
+    if not stored:
+        return "; nothing was stored: run the same command again"
+    cmd = f"{invocation()} resume {shlex.quote(name)} --storage {shlex.quote(storage)}"
+    return f"; continue with: {cmd}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shlex
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,3 +84,93 @@ def group_filter(text: str) -> tuple[str, str, str]:
 def matches(group: tuple[str, str, str, str], want: tuple[str, str, str]) -> bool:
     """Whether a measurement's ``group`` is the one ``want`` (from :func:`group_filter`) names."""
     return all(not w or w == g for w, g in zip(want, group[:3], strict=True))
+
+
+TRACE_SUFFIXES = (".csv", ".jsonl", ".json")
+"""Suffixes of request traces (Mooncake JSONL, Azure or generic CSV): ``--trace`` files."""
+
+
+def refuse_trace_as_workload(path: Path) -> None:
+    """A trace given as ``--workload`` is one line saying to use ``--trace``.
+
+    Raises:
+        DynosimError: ``path`` is a trace file (by its suffix, or a first line that is a JSON
+            object as a Mooncake trace's is).
+    """
+    first = ""
+    with contextlib.suppress(OSError, UnicodeDecodeError), open(path, encoding="utf-8") as f:
+        first = next((line.strip() for line in f if line.strip()), "")
+    if path.suffix.lower() in TRACE_SUFFIXES or first.startswith("{"):
+        raise DynosimError(
+            f"--workload {path}: a request trace, not a workload YAML; use --trace {path}"
+        )
+
+
+SLO_FLOORS_MS = {"ttft": 5.0, "itl": 1.0}
+"""Latency SLOs below these (ms) are most likely a unit mistake (seconds written as ms): a
+decode step reads every weight of its GPU, and Llama-3.1-8B's 16 GB take 3.3 ms at H200's 4.8
+TB/s; a TTFT adds a prefill and the network round trip. Only a warning: a small model split
+over many GPUs can step faster."""
+
+
+def slo_unit_warnings(values: dict[str, float]) -> list[str]:
+    """One warning for each latency SLO or constraint implausibly small in milliseconds.
+
+    ``values``: ``name -> value in ms`` (``slo.ttft_ms``, ``time_to_first_token.p90 <= ...``).
+    """
+    out = []
+    for name, value in values.items():
+        kind = "ttft" if "ttft" in name or "time_to_first_token" in name else None
+        if "itl" in name or "inter_token_latency" in name or "tpot" in name:
+            kind = "itl"
+        if kind is None or not 0 < value < SLO_FLOORS_MS[kind]:
+            continue
+        out.append(
+            f"{name} = {value:g} ms is below {SLO_FLOORS_MS[kind]:g} ms, which LLM deployments "
+            f"rarely reach: was it meant in seconds ({value:g} s = {value * 1000:g} ms)?"
+        )
+    return out
+
+
+def study_unit_warnings(study: Path) -> list[str]:
+    """:func:`slo_unit_warnings` for a study file's SLOs and latency constraints.
+
+    Read before the study runs; a file that does not load gives none (the run reports why).
+    """
+    from search.study.study_file import load_study_file
+
+    try:
+        sf = load_study_file(study, {})
+    except (DynosimError, OSError):
+        return []
+    deployment = sf.data.get("deployment")
+    slos = {
+        "slo": sf.data.get("slo"),
+        "deployment.slo": deployment.get("slo") if isinstance(deployment, dict) else None,
+    }
+    values: dict[str, float] = {}
+    for where, slo in slos.items():
+        if isinstance(slo, dict):
+            values |= {
+                f"{where}.{k}": float(v)
+                for k, v in slo.items()
+                if isinstance(v, int | float) and not isinstance(v, bool)
+            }
+    for c in sf.problem.constraint_dicts():  # slo_unit_warnings keeps the latency ones
+        values[f"constraint {c['metric']} {c['op']} {c['value']:g}"] = float(c["value"])
+    return slo_unit_warnings(values)
+
+
+def invocation() -> str:
+    """The command as the user ran it: ``.venv/bin/dynosim``, ``dynosim`` or ``python -m ...``.
+
+    Next-step hints print this, so that they work when ``dynosim`` is not on the PATH (a
+    Makefile's venv).
+    """
+    prog = sys.argv[0] if sys.argv and sys.argv[0] else "dynosim"
+    if Path(prog).name in ("__main__.py", "-c", "-m"):
+        python = Path(sys.executable)
+        with contextlib.suppress(ValueError):
+            python = python.relative_to(Path.cwd())
+        return f"{shlex.quote(str(python))} -m search.cli"
+    return shlex.quote(prog)

@@ -15,7 +15,7 @@ and the leaf :mod:`search.export.parts` (:class:`Command`, :class:`Part`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from search.export.dynamo import (
 )
 from search.export.engines import VLLM_BLOCK_SIZES, engine_part, trtllm_options
 from search.export.parts import FRONTEND_PORT, Command, Part, TrialInfo, slug
+from search.export.quant import checkpoint_part
 
 __all__ = [
     "FRONTEND_PORT",
@@ -72,6 +73,8 @@ class Export:
     pools: tuple[Part, ...] = ()
     pool_yamls: tuple[tuple[str, str], ...] = ()
     planner: Part | None = None
+    checkpoint: Part | None = None
+    capacity_check: Part | None = None
 
     def yaml_files(self) -> tuple[tuple[str, str], ...]:
         """Every TRT-LLM YAML the commands name, as ``(path, text)``."""
@@ -82,8 +85,10 @@ class Export:
     def to_text(self) -> str:
         """Plain text: ``#`` comments and commands, blank lines between the parts."""
         lines = [f"# {h}" for h in self.header]
-        parts = [self.engine, *([self.router] if self.router else []), *self.pools]
+        parts = [*([self.checkpoint] if self.checkpoint else []), self.engine]
+        parts += [*([self.router] if self.router else []), *self.pools]
         parts += [*([self.planner] if self.planner else []), self.aiperf]
+        parts += [self.capacity_check] if self.capacity_check else []
         for p in parts:
             lines += ["", f"# ---- {p.title}"]
             lines += [f"# {n}" for n in p.notes]
@@ -105,6 +110,7 @@ class Export:
         return {
             "header": list(self.header),
             "feasible": self.feasible,
+            "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None,
             "engine": self.engine.to_dict(),
             "router": self.router.to_dict() if self.router else None,
             "pools": [p.to_dict() for p in self.pools],
@@ -113,6 +119,7 @@ class Export:
             "trtllm_yaml_path": self.trtllm_yaml_path,
             "pool_yamls": [{"path": path, "yaml": text} for path, text in self.pool_yamls],
             "aiperf": self.aiperf.to_dict(),
+            "capacity_check": self.capacity_check.to_dict() if self.capacity_check else None,
             "files": list(self.files),
         }
 
@@ -125,6 +132,8 @@ def export_trial(
     workload_spec: Mapping[str, Any] | None = None,
     workload_error: str | None = None,
     yaml_dir: str | Path = ".",
+    load: float | None = None,
+    trace_file: str | None = None,
 ) -> Export:
     """The launch commands and the AIPerf check of one stored trial.
 
@@ -135,6 +144,10 @@ def export_trial(
         workload_spec: The parsed synthetic workload file when the study uses ``{file: ...}``.
         workload_error: Why that file could not be read, if it could not.
         yaml_dir: Folder the TRT-LLM YAML is (to be) written to; the command names it.
+        load: The load level of the AIPerf check on the study's load axis (``--load``);
+            default the trial's own (a capacity study's: the workload as written, and a
+            second check at the trial's capacity).
+        trace_file: The workload written as AIPerf's Mooncake JSONL (``--aiperf-trace``).
 
     Raises:
         DynosimError: The stored configuration is not a valid deployment.
@@ -146,7 +159,7 @@ def export_trial(
             f"trial #{trial.number} has no exportable configuration: {exc}"
         ) from None
     yaml_stem = str(Path(yaml_dir) / f"trtllm-{slug(trial.study_name)}-trial{trial.number}")
-    aiperf = aiperf_part(cfg, study, trial, workload_spec, workload_error)
+    aiperf, capacity = _checks(cfg, study, trial, workload_spec, workload_error, load, trace_file)
     planner = planner_part(cfg) if cfg.planner is not None else None
     if cfg.mode == "disagg":
         pools, yamls = [], []
@@ -164,6 +177,8 @@ def export_trial(
             pools=tuple(pools),
             pool_yamls=tuple(yamls),
             planner=planner,
+            checkpoint=checkpoint_part(cfg),
+            capacity_check=capacity,
         )
     yaml_path = f"{yaml_stem}.yaml"
     engine, yaml_text = engine_part(cfg, yaml_path)
@@ -176,7 +191,43 @@ def export_trial(
         trtllm_yaml_path=yaml_path if yaml_text is not None else None,
         feasible=trial.feasible,
         planner=planner,
+        checkpoint=checkpoint_part(cfg),
+        capacity_check=capacity,
     )
+
+
+def _checks(
+    cfg: DeploymentConfig,
+    study: Mapping[str, Any],
+    trial: TrialInfo,
+    spec: Mapping[str, Any] | None,
+    spec_error: str | None,
+    load: float | None,
+    trace_file: str | None,
+) -> tuple[Part, Part | None]:
+    """The AIPerf check at the chosen load, and (capacity studies) the one at capacity."""
+    raw = study.get("load")
+    mode = raw.get("mode", "fixed") if isinstance(raw, Mapping) else "fixed"
+    metrics = {k: v for k, v in trial.metrics.items() if k != "load_level"}
+    trial_level = trial.metrics.get("load_level")
+    if load is not None:
+        at, title = {**metrics, "load_level": load}, "check: AIPerf at the chosen load"
+    elif mode == "capacity":
+        at, title = metrics, "check: AIPerf at the study's load"
+    else:
+        at, title = dict(trial.metrics), "check: AIPerf at the study's load"
+    main = aiperf_part(cfg, study, replace(trial, metrics=at), spec, spec_error,
+                       trace_file=trace_file, title=title,
+                       own_load=load is None and mode == "capacity")  # fmt: skip
+    if mode == "capacity" and trial_level is None:
+        why = "the trial records no load_level (its capacity): no check at capacity"
+        return replace(main, notes=(*main.notes, why)), None
+    if mode != "capacity":
+        return main, None
+    capacity = aiperf_part(cfg, study, trial, spec, spec_error, trace_file=trace_file,
+                           title="check: AIPerf at the trial's capacity",
+                           artifacts="-capacity")  # fmt: skip
+    return main, capacity
 
 
 def _header(cfg: DeploymentConfig, trial: TrialInfo) -> tuple[str, ...]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from search.export.parts import FRONTEND_PORT, Command, Part, TrialInfo, num, slug
+from search.export.quant import served_model
 
 if TYPE_CHECKING:
     from dynosim.config import DeploymentConfig
@@ -60,10 +61,22 @@ def aiperf_part(
     trial: TrialInfo,
     spec: Mapping[str, Any] | None,
     spec_error: str | None,
+    *,
+    trace_file: str | None = None,
+    title: str = "check: AIPerf at the study's load",
+    own_load: bool = False,
+    artifacts: str = "",
 ) -> Part:
-    """``aiperf profile`` at the load the trial's metrics were simulated at."""
-    argv = ["aiperf", "profile", "--model", cfg.model, "--url", f"localhost:{FRONTEND_PORT}",
-            "--endpoint-type", "chat", "--streaming"]  # fmt: skip
+    """``aiperf profile`` at the trial's ``load_level`` (the load its metrics were simulated at).
+
+    ``trace_file``: the workload written as AIPerf's Mooncake JSONL (``--aiperf-trace``), at
+    its own load; it replaces the study's workload. ``own_load``: the trial's metrics were
+    stripped of ``load_level`` on purpose (the check runs at the workload's own load).
+    ``artifacts``: a suffix of the output folder, so that two checks do not share one.
+    """
+    argv = ["aiperf", "profile", "--model", served_model(cfg),
+            "--url", f"localhost:{FRONTEND_PORT}", "--endpoint-type", "chat",
+            "--streaming"]  # fmt: skip
     notes: list[str] = []
     raw_workload = study.get("workload")
     workload: Mapping[str, Any] = raw_workload if isinstance(raw_workload, Mapping) else {}
@@ -76,9 +89,12 @@ def aiperf_part(
     elif "file" in workload and spec is not None:
         workload = {**workload, "_arrival": spec.get("arrival")}
     axis, level = _load(study, workload, trial)
+    if trace_file is not None:  # the same requests, as AIPerf reads them
+        kept = {k: workload[k] for k in ("warmup_requests",) if k in workload}
+        workload = {**kept, "trace": trace_file}
     raw_load = study.get("load")
     mode = raw_load.get("mode", "fixed") if isinstance(raw_load, Mapping) else "fixed"
-    if mode != "fixed" and level is None:
+    if mode != "fixed" and level is None and not own_load:
         notes.append(
             f"load mode {mode} but the trial records no load_level: the workload's own load is used"
         )
@@ -99,14 +115,15 @@ def aiperf_part(
             "--goodput: the deployment's per-request SLOs (ms); the study's constraints "
             "are percentiles: compare them with AIPerf's reported p50/p90/p99"
         )
-    argv += ["--output-artifact-dir", f"artifacts/{slug(trial.study_name)}-trial{trial.number}"]
+    artifact_dir = f"artifacts/{slug(trial.study_name)}-trial{trial.number}{artifacts}"
+    argv += ["--output-artifact-dir", artifact_dir]
     if cfg.mode == "agg" and cfg.workers > 1:
         notes.append(
             f"--url is the Dynamo frontend; without Dynamo, round-robin over the "
             f"standalone replicas with one --url localhost:PORT per replica "
             f"(ports {FRONTEND_PORT + 1}-{FRONTEND_PORT + cfg.workers})"
         )
-    title = "check: AIPerf at the study's load" + (f" ({axis} = {level:g})" if level else "")
+    title += f" ({axis} = {level:g})" if level else " (the workload as written)"
     return Part(title, (Command(tuple(argv)),), tuple(notes))
 
 
@@ -124,12 +141,12 @@ def _trace_load(
         mooncake = str(Path(path).with_suffix(".jsonl"))
         argv += ["--input-file", mooncake, "--custom-dataset-type", "mooncake_trace"]
         notes.append(
-            f"AIPerf replays Mooncake JSONL: convert {path} to {mooncake} (timestamp "
-            "ms, input_length, output_length[, hash_ids])"
+            f"AIPerf replays Mooncake JSONL: write {mooncake} with `dynosim export ... "
+            f"--aiperf-trace {mooncake}`"
         )
     speed = float(workload.get("speedup", 1.0) or 1.0)
     if axis == "speedup" and level is not None:
-        if speed != 1.0 and speed != level:
+        if speed not in (1.0, level):
             notes.append(f"load_level {level:g} replaces the workload's speedup {speed:g}")
         speed = level
     if axis in ("rate_rps", "concurrency") and level is not None:

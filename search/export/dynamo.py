@@ -41,6 +41,7 @@ from dynosim.config import DeploymentConfig, PoolConfig
 from dynosim.perf.hardware import GPUS_PER_NODE
 from search.export.engines import devices, sglang_flags, trtllm_options, vllm_flags
 from search.export.parts import FRONTEND_PORT, Command, Part, num
+from search.export.quant import served_model
 
 _ROUTER_MODES = {
     "round_robin": "round-robin",
@@ -80,12 +81,12 @@ def _dynamo_worker(cfg: DeploymentConfig, yaml_path: str, *, kv_events: bool) ->
     """``python -m dynamo.BACKEND`` with the engine flags of ``cfg`` (one pool's view)."""
     if cfg.backend == "vllm":
         flags, _, _ = vllm_flags(cfg, yaml_path)
-        return ["python", "-m", "dynamo.vllm", "--model", cfg.model, *flags]
+        return ["python", "-m", "dynamo.vllm", "--model", served_model(cfg), *flags]
     if cfg.backend == "sglang":
         flags, _, _ = sglang_flags(cfg, yaml_path)
-        return ["python", "-m", "dynamo.sglang", "--model-path", cfg.model, *flags]
+        return ["python", "-m", "dynamo.sglang", "--model-path", served_model(cfg), *flags]
     e = cfg.engine
-    worker = ["python", "-m", "dynamo.trtllm", "--model", cfg.model,
+    worker = ["python", "-m", "dynamo.trtllm", "--model", served_model(cfg),
               "--tensor-parallel-size", str(cfg.tp * cfg.attention_dp),
               "--max-batch-size", str(e.max_num_seqs),
               "--max-num-tokens", str(e.max_num_batched_tokens),

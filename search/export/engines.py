@@ -34,6 +34,7 @@ from typing import Any
 from dynosim.config import DeploymentConfig
 from dynosim.perf.hardware import GPUS_PER_NODE
 from search.export.parts import FRONTEND_PORT, Command, Part, num
+from search.export.quant import needs_checkpoint, served_model, weight_flags
 
 VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 
@@ -49,15 +50,12 @@ def devices(cfg: DeploymentConfig, replica: int) -> tuple[tuple[str, str], ...]:
 
 
 def _quant(cfg: DeploymentConfig, notes: list[str], kv_flag: tuple[str, str] | None) -> list[str]:
-    """Flags and notes for the dtypes other than bf16 and fp8 and an FP8 KV cache of its own."""
-    if cfg.dtype not in ("bf16", "fp8"):
-        notes.append(
-            f"dtype {cfg.dtype}: serve a {cfg.dtype} checkpoint; the engine reads the weights' "
-            "quantization from it"
-        )
+    """Weight-quantisation flags (:mod:`search.export.quant`) and the FP8 KV cache flag."""
+    flags, more = weight_flags(cfg)
+    notes += more
     if kv_flag is not None and cfg.kv_dtype == "fp8":
-        return list(kv_flag)
-    return []
+        flags += list(kv_flag)
+    return flags
 
 
 def _parallel(cfg: DeploymentConfig, notes: list[str]) -> list[str]:
@@ -94,13 +92,13 @@ def engine_part(cfg: DeploymentConfig, yaml_path: str) -> tuple[Part, str | None
     """One standalone server per worker replica, and the TRT-LLM YAML (``None`` otherwise)."""
     flags, notes, yaml_text = _ENGINE_FLAGS[cfg.backend](cfg, yaml_path)
     flags += _host_flags(cfg, notes)
-    commands = []
+    commands, model = [], served_model(cfg)
     for r in range(cfg.workers):
         host_port = ("--host", "0.0.0.0", "--port", str(_port(cfg, r)))
         prog = {
-            "vllm": ("vllm", "serve", cfg.model),
-            "sglang": ("python", "-m", "sglang.launch_server", "--model-path", cfg.model),
-            "trtllm": ("trtllm-serve", cfg.model),
+            "vllm": ("vllm", "serve", model),
+            "sglang": ("python", "-m", "sglang.launch_server", "--model-path", model),
+            "trtllm": ("trtllm-serve", model),
         }[cfg.backend]
         commands.append(Command((*prog, *host_port, *flags), devices(cfg, r)))
     if cfg.gpus > GPUS_PER_NODE:
@@ -159,14 +157,7 @@ def vllm_flags(cfg: DeploymentConfig, _yaml: str) -> tuple[list[str], list[str],
             "model's context length (--max-model-len)"
         )
     flags += ["--gpu-memory-utilization", num(e.gpu_memory_utilization)]
-    if cfg.dtype == "fp8":
-        flags += ["--quantization", "fp8", "--kv-cache-dtype", "fp8"]
-        notes.append(
-            "dtype fp8 = FP8 weights and KV cache; drop --quantization fp8 for an "
-            "FP8 checkpoint (vLLM reads its quantization from the checkpoint)"
-        )
-    else:
-        flags += _quant(cfg, notes, kv_flag=("--kv-cache-dtype", "fp8"))
+    flags += _quant(cfg, notes, kv_flag=("--kv-cache-dtype", "fp8"))
     sp = cfg.speculative
     if sp is not None and sp.num_speculative_tokens:
         spec: dict[str, Any] = {
@@ -212,13 +203,7 @@ def sglang_flags(cfg: DeploymentConfig, _yaml: str) -> tuple[list[str], list[str
         "gpu_memory_utilization -> --mem-fraction-static: SGLang's fraction covers weights and "
         "the KV pool only (activations come out of the rest)",
     ]
-    if cfg.dtype == "fp8":
-        flags += ["--quantization", "fp8", "--kv-cache-dtype", "fp8_e4m3"]
-        notes.append(
-            "dtype fp8 = FP8 weights and KV cache; drop --quantization fp8 for an FP8 checkpoint"
-        )
-    else:
-        flags += _quant(cfg, notes, kv_flag=("--kv-cache-dtype", "fp8_e4m3"))
+    flags += _quant(cfg, notes, kv_flag=("--kv-cache-dtype", "fp8_e4m3"))
     sp = cfg.speculative
     if sp is not None and sp.num_speculative_tokens:
         k = sp.num_speculative_tokens
@@ -288,13 +273,12 @@ def _trtllm(cfg: DeploymentConfig, yaml_path: str) -> tuple[list[str], list[str]
         "the YAML overrides the flags it repeats; block_size -> kv_cache_config.tokens_per_block, "
         "enable_prefix_caching -> kv_cache_config.enable_block_reuse",
     ]
-    if cfg.dtype == "fp8":
+    _quant(cfg, notes, kv_flag=None)
+    if needs_checkpoint(cfg):
         notes.append(
-            "dtype fp8: serve an FP8 checkpoint (TensorRT Model Optimizer); TRT-LLM "
-            "reads weight quantization from it, the YAML sets the FP8 KV cache"
+            f"dtype {cfg.dtype}: TRT-LLM reads the weights' quantization from "
+            f"{served_model(cfg)}; the YAML sets the KV cache dtype"
         )
-    else:
-        _quant(cfg, notes, kv_flag=None)
     text = yaml.safe_dump(trtllm_options(cfg), sort_keys=False)
     return flags, notes, text
 

@@ -48,7 +48,7 @@ def build_optimizer(spec: OptimizerSpec, problem: Problem, seed: int) -> Optimiz
     if name == "random":
         from search.optimizers.random import RandomOptimizer
 
-        return RandomOptimizer(space, seed)
+        return RandomOptimizer(space, seed, problem.buildable)
     n_constraints = len(problem.constraint_dicts())
     if name == "pymoo-nsga2":
         from search.optimizers.pymoo_nsga2 import PymooNSGA2
@@ -73,6 +73,7 @@ def build_optimizer(spec: OptimizerSpec, problem: Problem, seed: int) -> Optimiz
         problem.directions,
         initial_design=design,
         seed=seed,
+        buildable=problem.buildable,
     )
 
 

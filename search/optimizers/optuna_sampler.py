@@ -5,12 +5,26 @@ in-memory study holds the sampler's view: the trials it asked (RUNNING until tol
 constant liar uses) and every told or replayed result with its constraint values, so samplers
 treat infeasible configs as infeasible. Replayed trials of a genetic sampler (NSGA-II/III) get
 a generation number from their order, so the sampler uses them as parents after a resume.
+
+Budget-aware resampling: a proposal that cannot become a config (``buildable`` is false: over the
+GPU budget, a model that does not fit) is never handed out. Its Optuna trial is told FAIL (every
+sampler here ignores FAIL trials: a GA's generations count COMPLETE trials only, TPE models
+COMPLETE ones) and the sampler is asked again, first with the refused point's structure knobs
+fixed (the knobs other knobs' ``when`` depends on, e.g. ``mode``; ``enqueue_trial`` with those
+params), then freely; after ``RESAMPLE_TRIES`` refusals the last point is handed out and the
+driver records it as infeasible. Resampling rather than repair, because Optuna's samplers draw
+every parameter through ``Trial.suggest_*`` and cannot take a modified point back; rather than
+telling the refusal as an infeasible COMPLETE trial, because such trials would fill a generation
+(69 of 81 disaggregated proposals of the agg-vs-disagg study were over the budget: issue 20).
+Keeping the structure knobs keeps the sampler's choice of branch: a free redraw would favour the
+branch with fewer refusals (aggregated pools, which never exceed the budget) for no reason of
+merit.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,6 +35,9 @@ from search.trial import TrialResult, params_key
 
 if TYPE_CHECKING:
     import optuna
+
+RESAMPLE_TRIES = 64
+"""Draws per proposal before an unbuildable one is handed out anyway."""
 
 
 def _suggest(trial: optuna.trial.Trial, knob: Knob) -> Any:
@@ -39,6 +56,10 @@ class OptunaOptimizer:
         space: The knobs.
         sampler: A configured sampler (seeded by the caller).
         directions: Objective directions, ``"maximize"``/``"minimize"``.
+        initial_design: Latin-hypercube points a fresh study starts with (TPE).
+        seed: Seeds the initial design.
+        buildable: Whether a point can become a config at all (no simulation); points that
+            cannot are drawn again (see the module docstring).
     """
 
     def __init__(
@@ -49,6 +70,7 @@ class OptunaOptimizer:
         *,
         initial_design: int = 0,
         seed: int = 0,
+        buildable: Callable[[Params], bool] | None = None,
     ) -> None:
         import optuna
 
@@ -61,6 +83,10 @@ class OptunaOptimizer:
         self._replayed = 0
         self._design = initial_design
         self._seed = seed
+        self._buildable = buildable
+        self._structure = sorted({key for k in space.knobs for key, _ in k.when})
+        self.refused = 0
+        """Proposals drawn again because they could not be built."""
 
     @property
     def study(self) -> optuna.Study:
@@ -76,14 +102,35 @@ class OptunaOptimizer:
         self._design = 0
         out: list[Params] = []
         for _ in range(n):
-            trial = self._study.ask()
-            params: Params = {}
-            for knob in self._space.knobs:
-                if knob.active(params):
-                    params[knob.name] = _suggest(trial, knob)
+            trial, params = self._draw()
             self._pending[params_key(params)].append(trial)
             out.append(params)
         return out
+
+    def _draw(self) -> tuple[optuna.trial.Trial, Params]:
+        """One proposal, drawn again while it cannot be built (up to ``RESAMPLE_TRIES``)."""
+        trial, params = self._sample()
+        tries = 0
+        while self._buildable is not None and tries < RESAMPLE_TRIES:
+            if self._buildable(params):
+                break
+            self.refused += 1
+            self._study.tell(trial, state=self._optuna.trial.TrialState.FAIL)
+            tries += 1
+            if tries < RESAMPLE_TRIES // 2:  # keep the branch the sampler chose
+                fixed = {k: params[k] for k in self._structure if k in params}
+                if fixed:
+                    self._study.enqueue_trial(fixed)
+            trial, params = self._sample()
+        return trial, params
+
+    def _sample(self) -> tuple[optuna.trial.Trial, Params]:
+        trial = self._study.ask()
+        params: Params = {}
+        for knob in self._space.knobs:
+            if knob.active(params):
+                params[knob.name] = _suggest(trial, knob)
+        return trial, params
 
     def tell(self, results: Sequence[TrialResult]) -> None:
         """Finish the matching asked trials; add unknown results as replayed trials."""

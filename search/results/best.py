@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from search.results.front import TrialGroup, same_values
+from search.results.judged import declared_slos, facts_line
 from search.results.labels import (
     constraint_label,
     format_value,
@@ -22,6 +23,7 @@ from search.store.schema import (
     study_objectives,
     trial_metrics,
 )
+from search.study.load import LEVEL_KNOB
 from search.study.objectives import Constraint
 
 if TYPE_CHECKING:
@@ -80,7 +82,9 @@ def default_slo_sets(study: optuna.Study) -> list[SloSet]:
 
 
 def best_per_slo(
-    study: optuna.Study, slos: Sequence[SloSet] | None = None
+    study: optuna.Study,
+    slos: Sequence[SloSet] | None = None,
+    trials: Sequence[FrozenTrial] | None = None,
 ) -> list[tuple[SloSet, FrozenTrial | None]]:
     """For each SLO set, the trial meeting it that is best in the first objective.
 
@@ -89,17 +93,22 @@ def best_per_slo(
     Args:
         study: A loaded study.
         slos: SLO sets to answer; :func:`default_slo_sets` when ``None``.
+        trials: The candidates (default: every trial), e.g. one load level of a sweep.
 
     Returns:
         ``(slo_set, trial or None)`` in the order of ``slos``.
     """
-    return [(s, g.first if g else None) for s, g in best_groups_per_slo(study, slos)]
+    return [(s, g.first if g else None) for s, g in best_groups_per_slo(study, slos, trials)]
 
 
 def best_groups_per_slo(
-    study: optuna.Study, slos: Sequence[SloSet] | None = None
+    study: optuna.Study,
+    slos: Sequence[SloSet] | None = None,
+    trials: Sequence[FrozenTrial] | None = None,
 ) -> list[tuple[SloSet, TrialGroup | None]]:
     """Like :func:`best_per_slo`, with every config meeting the set that ties with the best.
+
+    ``trials`` (default: all) narrows the candidates, e.g. to one load level of a sweep.
 
     Returns:
         ``(slo_set, group or None)``; the group's first trial is :func:`best_per_slo`'s answer.
@@ -107,7 +116,8 @@ def best_groups_per_slo(
     sets = default_slo_sets(study) if slos is None else list(slos)
     objs = study_objectives(study)
     signs = [-1.0 if d == "maximize" else 1.0 for _, d in objs]
-    trials = study.get_trials(deepcopy=False)
+    if trials is None:
+        trials = study.get_trials(deepcopy=False)
     out: list[tuple[SloSet, TrialGroup | None]] = []
     for s in sets:
         ok = [t for t in trials if s.met_by(t) and (s.constraints or is_feasible(t))]
@@ -121,15 +131,22 @@ def best_groups_per_slo(
     return out
 
 
-def best_lines(study: optuna.Study, slos: Sequence[SloSet] | None = None) -> list[str]:
+def best_lines(
+    study: optuna.Study,
+    slos: Sequence[SloSet] | None = None,
+    trials: Sequence[FrozenTrial] | None = None,
+) -> list[str]:
     """Per SLO set: the best trial and its objectives with units, then (indented) its knobs.
 
     When other configs meeting the set have the same objective values, the line says how many
-    and the knobs they differ in follow as ``knob: any of a, b``.
+    and the knobs they differ in follow as ``knob: any of a, b``. A last indented line says
+    where it was judged (:func:`search.results.judged.facts_line`: load, GPUs, TTFT/ITL p90,
+    cost, whether every declared SLO holds).
     """
     objs = study_objectives(study)
+    declared = declared_slos(study)
     lines = []
-    for s, g in best_groups_per_slo(study, slos):
+    for s, g in best_groups_per_slo(study, slos, trials):
         if g is None:
             lines.append(f"{s.label}: no trial meets it")
             continue
@@ -143,9 +160,10 @@ def best_lines(study: optuna.Study, slos: Sequence[SloSet] | None = None) -> lis
         if len(g) > 1:
             others = ", ".join(f"#{n}" for n in g.numbers[1:6]) + (", ..." if len(g) > 6 else "")
             same = f" (and {others}: {len(g)} configs with these values)"
-        fixed = {k: v for k, v in t.params.items() if k not in any_of}
+        fixed = {k: v for k, v in t.params.items() if k not in any_of and k != LEVEL_KNOB}
         text = f"{s.label}: trial #{t.number}{same}: {vals}\n    {knobs_text(fixed)}"
         for k in any_of:
             text += f"\n    {k}: {g.knob_cell(k)}"
+        text += "\n    " + facts_line(study, t, declared)
         lines.append(text)
     return lines

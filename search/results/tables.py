@@ -21,8 +21,8 @@ from search.results.front import (
     varying_knobs,
 )
 from search.results.importance import EVALUATOR, ObjectiveImportance, knob_order, objective_header
+from search.results.judged import declared_slos, fact_headers, facts
 from search.results.labels import (
-    constraint_label,
     format_value,
     knobs_text,
     metric_label,
@@ -42,13 +42,14 @@ from search.store.schema import (
     WALL_S,
     constraint_names,
     is_feasible,
-    slo_constraints,
     study_objectives,
     trial_metrics,
 )
+from search.study.load import LEVEL_KNOB
 
 if TYPE_CHECKING:
     import optuna
+    from optuna.trial import FrozenTrial
     from rich.table import Table
     from rich.text import Text
 
@@ -124,26 +125,34 @@ def pareto_rows(study: optuna.Study, rows: Sequence[Mapping[str, Any]]) -> list[
     return out
 
 
-def pareto_table(study: optuna.Study) -> Table:
+def pareto_table(
+    study: optuna.Study, trials: Sequence[FrozenTrial] | None = None, title: str = ""
+) -> Table:
     """The Pareto front as a rich table: one row per distinct objective vector.
 
     Columns: the representative trial, how many configs share its values (when any do), the
     knobs that differ on the front (``any of ...`` where the configs of a row differ),
-    objectives with units, and the SLO values of the representative.
+    objectives with units, then where the representative was judged and what it costs
+    (:data:`search.results.judged.FACTS`: load, GPUs, TTFT/ITL p90, cost, declared SLOs).
+    ``trials`` (default: all) narrows the front to some trials, e.g. one load level of a sweep.
     """
     from rich.table import Table
 
-    front = pareto_trials(study)
+    everything = study.get_trials(deepcopy=False) if trials is None else list(trials)
+    directions = [d.name.lower() for d in study.directions]
+    front = pareto_of(everything, directions)
     groups = group_trials(front)
     objs = study_objectives(study)
-    slos = slo_constraints(study)
+    slos = declared_slos(study)
     varying, fixed = varying_knobs(front) if front else ([], {})
     if len(groups) == 1:
         varying, fixed = sorted({k for t in front for k in t.params}), {}
-    n_feasible = sum(is_feasible(t) for t in study.get_trials(deepcopy=False))
+    varying = [k for k in varying if k != LEVEL_KNOB]  # a sweep's load is no knob to choose
+    fixed.pop(LEVEL_KNOB, None)
+    n_feasible = sum(is_feasible(t) for t in everything)
     grouped = len(groups) < len(front)
     points = f"{len(groups)} points ({len(front)} configs)" if grouped else str(len(front))
-    table = Table(title=f"Pareto front of {study.study_name}: {points} of {n_feasible} "
+    table = Table(title=f"Pareto front of {study.study_name}{title}: {points} of {n_feasible} "
                   "feasible trials", title_justify="left")  # fmt: skip
     notes = []
     if fixed:
@@ -166,20 +175,15 @@ def pareto_table(study: optuna.Study) -> Table:
         unit = f"\n({metric_unit(m)})" if metric_unit(m) else ""
         table.add_column(f"{metric_label(m, unit=False)} {arrow}{unit}", justify="right",
                          style="bold")  # fmt: skip
-    slo_cols = [c for c in slos if c.metric not in {m for m, _ in objs}]
-    for c in slo_cols:
-        label = metric_label(c.metric, unit=False)
-        table.add_column(constraint_label(c).replace(f"{label} ", f"{label}\n"), justify="right")
+    for header in fact_headers(study, slos):
+        table.add_column(header, justify="right")
     for g in groups:
         t = g.first
-        metrics = trial_metrics(t)
         cells = [str(t.number), *([str(len(g))] if grouped else []),
                  *(g.knob_cell(k) for k in varying)]  # fmt: skip
         cells += [format_value(m, v) for (m, _), v in zip(objs, t.values, strict=True)]
-        for c in slo_cols:
-            ok = c.violation(metrics) <= 0
-            mark = "[green]✓[/green]" if ok else "[red]✗[/red]"
-            cells.append(f"{format_value(c.metric, metrics.get(c.metric))} {mark}")
+        *rest, ok = facts(study, t, slos)
+        cells += [*rest, f"[green]{ok}[/green]" if ok == "✓" else f"[red]{ok}[/red]"]
         table.add_row(*cells)
     return table
 

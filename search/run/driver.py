@@ -4,6 +4,11 @@
 keep every evaluator slot busy with proposals, record each result as it arrives (a RUNNING
 trial becomes COMPLETE), tell it to the optimizer, and after each generation store the
 hypervolume of the feasible front and check the stop rules (trial budget, wall time, plateau).
+A generation is ``gen`` *simulated* trials: a config refused before simulating (over the GPU
+budget, does not fit) is recorded but neither ends a generation nor feeds the plateau rule, so
+cheap refusals cannot fill generations that show no progress and stop the study "converged"
+(issue 20: 69 of 81 disaggregated proposals of a shipped study were refusals). The optimizers
+resample such points before proposing them where they can (``search.optimizers``).
 
 Identical configs (same config hash) are evaluated once: a repeated proposal is told the
 earlier result and adds no trial. A config that cannot be built is recorded as an infeasible
@@ -56,6 +61,8 @@ class RunState:
     n_trials: int = 0
     n_feasible: int = 0
     n_duplicates: int = 0
+    n_refused: int = 0
+    """Recorded trials refused before simulating (they do not count toward the plateau)."""
     hypervolume: float = 0.0
     status: Status = "running"
     front: list[TrialResult] = field(default_factory=list)
@@ -121,16 +128,28 @@ def run_study(
         record = StudyRecord(storage, sf.name, url=sf.storage)
         check_directions(record.directions, problem.directions)
     else:
-        record = StudyRecord.create(storage, sf.name, problem.directions, url=sf.storage)
-    with Lease.acquire(record):  # before the reload fails the trials a dead driver left RUNNING
+        attrs = {
+            schema.STUDY: sf.data,
+            schema.OBJECTIVES: [o.to_dict() for o in problem.objectives],
+            schema.CONSTRAINTS: problem.constraint_dicts(),
+            schema.HV_HISTORY: [],
+        }
+        record = StudyRecord.create(
+            storage, sf.name, problem.directions, attrs=attrs, url=sf.storage
+        )
+    try:
+        with Lease.acquire(record):  # before the reload fails the trials a dead driver left RUNNING
+            record.set_attr(schema.STATUS, "running")
+            return _drive(sf, record, requests, warmup_requests, workload_name, simulate_fn,
+                          evaluator, progress)  # fmt: skip
+    except BaseException:
+        # A new study that never started a trial (an unreachable cluster, a bad token, Ctrl-C
+        # while connecting) holds nothing; left behind, it would refuse its own name next time.
         if not resume:
-            record.set_attr(schema.STUDY, sf.data)
-            record.set_attr(schema.OBJECTIVES, [o.to_dict() for o in problem.objectives])
-            record.set_attr(schema.CONSTRAINTS, problem.constraint_dicts())
-            record.set_attr(schema.HV_HISTORY, [])
-        record.set_attr(schema.STATUS, "running")
-        return _drive(sf, record, requests, warmup_requests, workload_name, simulate_fn,
-                      evaluator, progress)  # fmt: skip
+            with contextlib.suppress(Exception):
+                if not record.trials():
+                    record.call(storage.delete_study, record.study_id)
+        raise
 
 
 def _drive(
@@ -223,6 +242,7 @@ class _Run:
                 self.requeue.append(dict(t.params))
         for r in done:
             self.cache[r.config_hash] = r
+            self.state.n_refused += not self._simulated(r)
         if done:
             self.optimizer.tell(done)
         self.tracker.add([r.values for r in done if r.feasible])
@@ -291,7 +311,7 @@ class _Run:
         self.flight[trial_id] = _InFlight(trial_id, digest, [params])
         self.flight_by_hash[digest] = trial_id
         if prepared.config is None:  # cannot be built: record it without simulating
-            self._record(trial_id, evaluate_one(self.ctx, params, ()))
+            self._record(trial_id, evaluate_one(self.ctx, params, ()), simulated=False)
         else:
             ev.submit(trial_id, params, hint=self._capacity_hint(params))
 
@@ -320,7 +340,16 @@ class _Run:
             if digest not in self.cache and digest not in self.flight_by_hash:
                 self.requeue.appendleft(sibling)
 
-    def _record(self, tag: int, result: TrialResult) -> None:
+    def _simulated(self, r: TrialResult) -> bool:
+        """Whether a stored result was simulated (its config could be built)."""
+        return r.runnable or prepare(self.ctx, r.params).config is not None
+
+    @property
+    def n_simulated(self) -> int:
+        """Recorded trials that were simulated (the generations count these)."""
+        return self.state.n_trials - self.state.n_refused
+
+    def _record(self, tag: int, result: TrialResult, *, simulated: bool = True) -> None:
         f = self.flight.pop(tag)
         del self.flight_by_hash[f.config_hash]
         self.record.finish(f.trial_id, result)
@@ -329,10 +358,11 @@ class _Run:
             self.optimizer.tell([dataclasses.replace(result, params=p) for p in f.proposals])
         s = self.state
         s.n_trials += 1
+        s.n_refused += not simulated
         if result.feasible:
             s.n_feasible += 1
             self.tracker.add([result.values])
-        if s.n_trials % self.gen == 0:
+        if simulated and self.n_simulated % self.gen == 0:
             self._generation()
         if s.n_trials >= self.budget.max_trials and s.status == "running":
             s.status = "budget"

@@ -225,9 +225,18 @@ class RayEvaluator:
 def _connect(ray: Any, address: str, kwargs: dict[str, Any]) -> None:
     """Join the cluster at ``address``, or fail fast with one line saying what to do.
 
+    The token is found as Ray's own clients on this machine find it: ``ray.init()`` and ``ray
+    start`` without an address turn token authentication on when ``RAY_AUTH_MODE`` is unset
+    and a token exists (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``;
+    ``maybe_enable_token_auth_if_token_available`` in Ray 2.60's
+    ``ray/_private/authentication/authentication_token_setup.py``), but ``ray.init(address=...)``
+    does not, so a head started with plain ``ray start --head`` refused us. We do the same for
+    an explicit address; a head without authentication ignores the token. ``RAY_AUTH_MODE`` set
+    by the user is respected.
+
     Raises:
-        ConfigError: Nothing answers at ``address``, it is not a Ray cluster, or (``auto``)
-            no cluster runs on this machine.
+        ConfigError: Nothing answers at ``address``, it refuses this machine's token, it is
+            not a Ray cluster, or (``auto``) no cluster runs on this machine.
     """
     local = "start one with `ray start --head`, or drop --ray-address (executor.address) "
     local += "to run on a local Ray runtime (`--ray-address local` on resume)"
@@ -239,6 +248,10 @@ def _connect(ray: Any, address: str, kwargs: dict[str, Any]) -> None:
         except (OSError, ValueError) as exc:
             why = f"a reachable Ray head node (connecting failed: {exc}); {local}"
             raise ConfigError("executor.address", address, why) from None
+    _quiet_token_auth_notice()
+    _use_machine_token()
+    if address != "auto" and not address.startswith("ray://"):
+        _check_token(address)
     try:
         ray.init(**kwargs)
     except (ConnectionError, TimeoutError, ValueError, ray.exceptions.RayError) as exc:
@@ -252,12 +265,57 @@ def _connect(ray: Any, address: str, kwargs: dict[str, Any]) -> None:
         raise ConfigError("executor.address", address, why) from None
 
 
+TOKEN_FIX = (
+    "put the head's token (`ray get-auth-token` on the head node) in ~/.ray/auth_token on this "
+    "machine or in RAY_AUTH_TOKEN, or start the head with RAY_AUTH_MODE=disabled"
+)
+"""What to do when a head refuses this machine's token (Ray 2.60's token-auth guide)."""
+
+
+def _use_machine_token() -> None:
+    """Turn token authentication on when this machine has a Ray token (see :func:`_connect`)."""
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available,
+        )
+    except ImportError:  # a Ray without token authentication
+        return
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+
+
+def _check_token(address: str) -> None:
+    """Ask the head's GCS one question to learn at once whether it accepts our token.
+
+    ``ray.init`` against a head that refuses the token retries for ~20 s, logging one
+    ``InvalidAuthToken`` line a second, and then raises a ``ConnectionError`` that does not
+    mention authentication. A GCS client given a dummy cluster id is answered within
+    milliseconds: ``WrongClusterID`` once the token is accepted, ``InvalidAuthToken`` when it is
+    not (the GCS checks the token first). Any other outcome is left to ``ray.init``.
+
+    Raises:
+        ConfigError: The head refused this machine's token (or the lack of one).
+    """
+    try:
+        from ray._raylet import GcsClient  # type: ignore[attr-defined,unused-ignore]
+    except ImportError:
+        return
+    try:
+        client = GcsClient(address=address, cluster_id="0" * 56)
+        client.internal_kv_get(b"dynosim-probe", None, timeout=CONNECT_TIMEOUT_S)
+    except Exception as exc:  # only an authentication refusal is ours to report
+        if "InvalidAuthToken" in str(exc):
+            why = f"a Ray head that accepts this machine's token (it refused it); {TOKEN_FIX}"
+            raise ConfigError("executor.address", address, why) from None
+
+
 def _quiet_token_auth_notice() -> None:
-    """Drop Ray's "token authentication is enabled" notice for the local runtime we start.
+    """Drop Ray's "token authentication is enabled" notice.
 
     Ray (2.5x, ``ray/_private/authentication/authentication_token_setup.py``) turns token
-    authentication on for every new local cluster and logs that on each start; the cluster is
-    private to this process, so the notice is not the user's business. Authentication stays on.
+    authentication on for every new local cluster, and for a client of a cluster when this
+    machine has a token, and logs that each time; it is not the user's business (a local
+    runtime is private to this process; the head decides for a cluster). Authentication stays
+    on.
     """
     name = "ray._private.authentication.authentication_token_setup"
     logger = logging.getLogger(name)

@@ -8,9 +8,11 @@ PostgreSQL), so the lock needs nothing else. Another ``tune``/``resume`` refuses
 the study; it takes over only when the lease is stale: no heartbeat for ``ttl_s``, or the holder
 ran on this host and its process is gone (a crash is then seen at once).
 
-Optuna has no compare-and-swap for attributes, so taking a lease writes it, waits
-``SETTLE_S`` and reads it back: of two drivers starting together, the one whose write landed
-last keeps the study and the other refuses. A heartbeat that finds another holder's token stops
+In a journal file the lease is read and written under the journal's lock with nothing in
+between (:meth:`StudyRecord.atomic`): a compare-and-swap. Optuna has no such thing for
+the other storages, so there taking a lease writes it, waits ``SETTLE_S`` and reads it back: of
+two drivers starting together, the one whose write landed last keeps the study and the other
+refuses. A heartbeat that finds another holder's token stops
 its driver at the next write (:meth:`Lease.check`).
 """
 
@@ -169,11 +171,15 @@ class Lease:
         Raises:
             StudyLockedError: A live driver holds the study, or won a simultaneous start.
         """
-        refuse_if_held(record)
-        previous = current_holder(record)
+        from search.store.backend import JournalStore
+
         me = Holder.me(TTL_S if ttl_s is None else ttl_s)
-        record.set_system_attr(LEASE_KEY, asdict(me))
-        time.sleep(SETTLE_S)
+        with record.atomic():  # a journal: read and write with no driver in between
+            refuse_if_held(record)
+            previous = current_holder(record)
+            record.set_system_attr(LEASE_KEY, asdict(me))
+        if not isinstance(record.storage, JournalStore):
+            time.sleep(SETTLE_S)
         if (now := current_holder(record)) is None or now.token != me.token:
             refuse_if_held(record)
             raise StudyLockedError(f"study {record.name!r}: another driver started it just now")
@@ -189,14 +195,19 @@ class Lease:
         return lease
 
     def renew(self) -> None:
-        """Write a new heartbeat unless another driver took the lease over."""
-        now = current_holder(self.record)
-        if now is None or now.token != self.holder.token:
-            who = "nobody" if now is None else f"driver {now.label}"
-            self.lost = f"its lease on study {self.record.name!r} is now held by {who}"
-            return
-        beat = asdict(self.holder) | {"heartbeat": time.time()}
-        self.record.set_system_attr(LEASE_KEY, beat)
+        """Write a new heartbeat unless another driver took the lease over.
+
+        In a journal the check and the write are one compare-and-swap: a heartbeat never
+        overwrites a takeover that landed just before it.
+        """
+        with self.record.atomic():
+            now = current_holder(self.record)
+            if now is None or now.token != self.holder.token:
+                who = "nobody" if now is None else f"driver {now.label}"
+                self.lost = f"its lease on study {self.record.name!r} is now held by {who}"
+                return
+            beat = asdict(self.holder) | {"heartbeat": time.time()}
+            self.record.set_system_attr(LEASE_KEY, beat)
         self.renewed_at = time.monotonic()
 
     def _beat(self) -> None:

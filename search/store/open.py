@@ -2,8 +2,9 @@
 
 Storage URLs: a file path or ``journal:PATH`` is Optuna's journal file (embedded, no server,
 ~3 ms a trial); ``sqlite:///PATH`` and any other SQLAlchemy URL (``postgresql://...``) is
-Optuna's RDB storage. ``optuna-dashboard PATH_OR_URL`` shows the studies. A journal file whose
-last line a crash left torn is repaired when it is opened (:func:`repair_journal`).
+Optuna's RDB storage. ``optuna-dashboard PATH_OR_URL`` shows the studies. A file that is not a
+study storage is refused untouched; a journal file whose last line a crash left torn is repaired
+when it is opened (:func:`repair_journal`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dynosim.errors import ConfigError, DynosimError
-from search.store.journal import repair_journal
+from search.store.journal import NotStorageError, check_journal, repair_journal
 
 if TYPE_CHECKING:
     import optuna
@@ -30,24 +31,32 @@ LOCKED_RETRY_S = 120.0
 def open_storage(url: str, *, create: bool = True) -> optuna.storages.BaseStorage:
     """Open the storage named by ``url``, creating a missing file unless ``create`` is false.
 
+    A file that is there is recognised before anything reads its lock, repairs or writes it:
+    an Optuna journal (:func:`check_journal`) or a SQLite database holding Optuna's tables (a
+    new SQLite file, or an empty one, which SQLite itself takes as an empty database, only
+    with ``create``). Anything else is refused and left as it was.
+
     Raises:
         ConfigError: The storage cannot be opened (or its file is missing and not created).
+        NotStorageError: The file is not a study storage.
     """
     import optuna
 
-    if not create and ("://" not in url or url.startswith("sqlite:///")):
-        path = Path(url.removeprefix("sqlite:///").removeprefix("journal:")).expanduser()
-        if not path.is_file():
-            raise ConfigError("--storage", url, "an existing storage file")
-        if url.startswith("sqlite:///") and not _has_optuna_schema(path):
-            # Opening it with RDBStorage would write Optuna's tables into someone's database.
-            raise ConfigError("--storage", url, "a SQLite file that holds Optuna studies")
+    file_url = "://" not in url or url.startswith("sqlite:///")
+    path = Path(url.removeprefix("sqlite:///").removeprefix("journal:")).expanduser()
+    if file_url and not create and not path.is_file():
+        if path.exists():
+            raise NotStorageError(str(path), "is not a regular file")
+        raise ConfigError("--storage", url, "an existing storage file")
+    if url.startswith("sqlite:///"):
+        _check_sqlite(path, url, create=create)
+    elif file_url:
+        check_journal(path)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         if "://" in url:
             return _open_rdb(url)
-        path = Path(url.removeprefix("journal:")).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)
         return _open_journal(path)
     except DynosimError:
@@ -63,6 +72,33 @@ def open_storage(url: str, *, create: bool = True) -> optuna.storages.BaseStorag
         raise ConfigError("storage", url, f"a reachable storage ({type(exc).__name__})") from exc
 
 
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _check_sqlite(path: Path, url: str, *, create: bool) -> None:
+    """Refuse a file that is not a SQLite database of Optuna's (RDBStorage would write into it).
+
+    Raises:
+        NotStorageError: Not a SQLite file, or one without Optuna's tables.
+    """
+    if not path.exists():
+        return
+    if not path.is_file():
+        raise NotStorageError(str(path), "is not a regular file")
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(SQLITE_MAGIC))
+    except OSError as exc:
+        raise NotStorageError(str(path), f"cannot be read ({exc.strerror or exc})") from None
+    if not head and create:
+        return
+    if head != SQLITE_MAGIC:
+        why = f"is not a SQLite database that holds Optuna studies ({head[:16]!r})"
+        raise NotStorageError(str(path), why)
+    if not _has_optuna_schema(path):
+        raise NotStorageError(str(path), "is a SQLite database that holds no Optuna studies")
+
+
 def _open_rdb(url: str) -> optuna.storages.RDBStorage:
     import optuna
 
@@ -75,16 +111,15 @@ def _open_rdb(url: str) -> optuna.storages.RDBStorage:
 
 
 def _open_journal(path: Path) -> optuna.storages.JournalStorage:
-    import optuna
-    from optuna.storages.journal import JournalFileBackend
+    from search.store.backend import JournalBackend, JournalStore
 
     repair_journal(path, full=False)
     try:
-        return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+        return JournalStore(JournalBackend(path))
     except ValueError:  # a bad line inside the file (a torn line that was written after)
         if not repair_journal(path, full=True):
             raise
-    return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+    return JournalStore(JournalBackend(path))
 
 
 # -- retries and outages -------------------------------------------------------------------
@@ -152,7 +187,7 @@ def load_study(storage_url: str, name: str) -> optuna.Study:
         path = Path(raw).expanduser()
         if not path.is_file():
             raise DynosimError(f"no storage file at {path}")
-    storage = open_storage(storage_url)
+    storage = open_storage(storage_url, create=False)
     names = study_names(storage)
     if name not in names:
         present = ", ".join(sorted(names)) or "none"

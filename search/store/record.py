@@ -8,6 +8,7 @@ What a trial's attributes hold is :mod:`search.store.schema`'s business.
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from dynosim.errors import ConfigError, DynosimError
 from search.store.lease import refuse_if_held
 from search.store.open import _chain, _is_locked, _is_outage, _retry_locked, study_names
-from search.store.schema import CONSTRAINTS, FAIL_REASON, SEED, distributions, encode
+from search.store.schema import CONSTRAINTS, FAIL_REASON, SEED, STUDY, distributions, encode
 from search.study.space import Params, Space
 from search.trial import TrialResult
 
@@ -79,9 +80,15 @@ class StudyRecord:
         name: str,
         directions: Sequence[str],
         *,
+        attrs: dict[str, Any] | None = None,
         url: str = "",
     ) -> StudyRecord:
-        """Create a new study.
+        """Create a new study with its user attributes ``attrs`` (the study file among them).
+
+        In a journal the study and its attributes are one write: a kill at any moment leaves
+        either no study or a complete one. Elsewhere (SQLite, a server) a kill between the two
+        leaves a study without its study file and without trials: :meth:`create` of the same
+        name starts that one again instead of refusing the name.
 
         Raises:
             ConfigError: A study of that name already exists.
@@ -89,12 +96,59 @@ class StudyRecord:
         """
         import optuna
 
-        if name in study_names(storage):
-            refuse_if_held(cls(storage, name, url=url))
-            raise ConfigError("name", name, "a new study name (use `dynosim resume` to continue)")
+        from search.store.backend import atomic
+
         dirs = [optuna.study.StudyDirection[d.upper()] for d in directions]
-        _retry_locked(lambda: storage.create_new_study(dirs, name))
+        attrs = attrs or {}
+        if name in study_names(storage):
+            old = cls(storage, name, url=url)
+            refuse_if_held(old)
+            if not old.unfinished_creation():
+                raise ConfigError(
+                    "name", name, "a new study name (use `dynosim resume` to continue)"
+                )
+            print(
+                f"dynosim: warning: study {name!r} in {url or 'the storage'} was interrupted "
+                "while it was being created (no study file, no trial): creating it again",
+                file=sys.stderr,
+            )
+            old.call(storage.delete_study, old.study_id)
+
+        def make() -> None:
+            with atomic(storage):
+                sid = storage.create_new_study(dirs, name)
+                for key, value in attrs.items():
+                    storage.set_study_user_attr(sid, key, value)
+
+        try:
+            _retry_locked(make)
+        except (optuna.exceptions.DuplicatedStudyError, KeyError):  # KeyError: deleted meanwhile
+            why = "a new study name (another driver created it just now)"
+            raise ConfigError("name", name, why) from None
+        except OSError as exc:
+            raise _write_failed(exc, url, name) from None
         return cls(storage, name, url=url)
+
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """The writes inside land together or not at all (a journal; elsewhere one by one).
+
+        Raises:
+            StorageUnavailableError: The writes could not be made (a full disk).
+        """
+        from search.store.backend import atomic
+
+        try:
+            with atomic(self.storage):
+                yield
+        except OSError as exc:
+            raise _write_failed(exc, self.url, self.name) from None
+
+    def unfinished_creation(self) -> bool:
+        """Whether a kill interrupted this study's creation: no study file and no trial."""
+        if self.user_attrs.get(STUDY) is not None:
+            return False
+        return not self.call(lambda: self.storage.get_n_trials(self.study_id))
 
     def call(self, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
         """``fn(*args)`` on the storage, retried while locked; ``write`` checks the guard first.
@@ -109,6 +163,8 @@ class StudyRecord:
                 return _retry_locked(lambda: fn(*args))
         except DynosimError:
             raise
+        except OSError as exc:  # a journal file on a full disk, read-only, I/O error
+            raise _write_failed(exc, self.url, self.name) from None
         except Exception as exc:
             if not _is_outage(exc) and not _is_locked(exc):
                 raise
@@ -184,6 +240,21 @@ class StudyRecord:
         st = self.storage
         self.call(st.set_trial_system_attr, trial_id, FAIL_REASON, why, write=True)
         self.call(st.set_trial_state_values, trial_id, optuna.trial.TrialState.FAIL, write=True)
+
+
+def _write_failed(exc: OSError, url: str, name: str) -> StorageUnavailableError:
+    """One line for a storage file that could not be written: what, where, how to resume."""
+    import errno
+
+    why = exc.strerror or str(exc) or type(exc).__name__
+    where = url or exc.filename or "the storage"
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    fix = "once space is freed" if full else "once the file can be written again"
+    return StorageUnavailableError(
+        f"storage {where}: {why} (errno {exc.errno}); the failed write left no trace and every "
+        f"completed trial is stored: {fix}, run `dynosim resume {name} --storage "
+        f"{url or 'URL'}`"
+    )
 
 
 def check_directions(stored: Sequence[str], wanted: Sequence[str]) -> None:

@@ -87,3 +87,50 @@ def _catalog_verdict(
         except DynosimError as exc:
             known[key] = str(exc)
     return known[key]
+
+
+UNRUNNABLE_SHARE = 0.8
+"""A knob value is flagged when at least this share of the sampled points with it cannot run."""
+MIN_VALUE_SAMPLES = 5
+"""Sampled points a knob value needs before it is judged."""
+
+
+def unrunnable_values(problem: Problem, *, catalog: bool = True, limit: int = 3) -> list[str]:
+    """One line per knob value that makes most sampled configurations unable to run.
+
+    The ``DRY_BUILD_SAMPLES`` random points of :func:`check_runnable` are built and checked
+    the same way; for each knob value seen on at least ``MIN_VALUE_SAMPLES`` of them, the
+    share that cannot run is counted. Refusals for the GPU budget are left out: the optimizers
+    resample those (``search.optimizers``), so they cost no simulation. The worst ``limit``
+    values are returned, e.g. ``backend=sglang: 38 of 40 sampled configurations cannot run
+    (AIConfigurator has no data ...)``.
+    """
+    import numpy as np
+
+    space = problem.space
+    rng = np.random.default_rng(0)
+    known: dict[tuple[str, ...], str | None] = {}
+    seen: dict[tuple[str, str], list[str | None]] = {}
+    for _ in range(DRY_BUILD_SAMPLES):
+        params = space.sample(rng)
+        try:
+            config = problem.to_config(params)
+        except DynosimError as exc:
+            why: str | None = str(exc).removeprefix("invalid config: ")
+        else:
+            why = _catalog_verdict(config, known) if catalog else None
+        if why is not None and "exceeds the GPU budget" in why:
+            continue
+        for name, value in params.items():
+            seen.setdefault((name, str(value)), []).append(why)
+    flagged = []
+    for (name, value), whys in seen.items():
+        bad = [w for w in whys if w is not None]
+        if len(whys) >= MIN_VALUE_SAMPLES and len(bad) >= UNRUNNABLE_SHARE * len(whys):
+            top = max(set(bad), key=bad.count)
+            flagged.append((len(bad) / len(whys), len(whys), name, value, len(bad), top))
+    flagged.sort(key=lambda f: (-f[0], -f[1], f[2], f[3]))
+    return [
+        f"{name}={value}: {n_bad} of {n} sampled configurations cannot run ({top})"
+        for _, n, name, value, n_bad, top in flagged[:limit]
+    ]

@@ -44,6 +44,14 @@ LOAD_METRICS = (
 )
 """Metrics a load mode adds to a trial's simulator metrics."""
 _KEYS = {"mode", "levels", "tolerance", "start", "min", "max", "early_stop", "max_probes"}
+MIN_LEVEL, MAX_LEVEL = 1e-3, 100_000
+"""Bounds of any load level (a speed-up, req/s or clients): a level of 1e-299 req/s puts the
+second request beyond any simulated time, 10^7 clients holds 10^7 requests in flight."""
+MIN_TOLERANCE = 1e-3
+"""Narrowest capacity bracket (0.1 %): below a finite workload's run-to-run noise, and a
+bracket of 1e-17 is below a float's resolution (the bisection could never close it)."""
+MAX_LEVELS = 1_000
+"""Most levels of a sweep (each is a simulation of every configuration)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,9 +113,8 @@ class LoadSpec:
         choice(f"{where}.mode", mode, ("fixed", "capacity", "sweep"))
         levels = _levels(where, mode, raw)
         tol = raw.get("tolerance", 0.05)
-        number(f"{where}.tolerance", tol, 0, open_low=True)
-        if tol >= 1:
-            raise ConfigError(f"{where}.tolerance", tol, "a relative width in (0, 1)")
+        number(f"{where}.tolerance", tol, MIN_TOLERANCE, 1, open_high=True,
+               why="a relative width of the capacity bracket")  # fmt: skip
         lo, hi, st = _limits(where, raw)
         early = raw.get("early_stop")
         if early is not None:
@@ -132,10 +139,15 @@ def _levels(where: str, mode: str, raw: Mapping[str, Any]) -> list[float]:
         if levels:
             raise ConfigError(f"{where}.levels", levels, "only with mode: sweep")
         return []
-    if not isinstance(levels, list) or not levels:
-        raise ConfigError(f"{where}.levels", levels, "a non-empty list of load levels")
+    if not isinstance(levels, list) or not levels or len(levels) > MAX_LEVELS:
+        what = f"a non-empty list of at most {MAX_LEVELS:,} load levels"
+        raise ConfigError(
+            f"{where}.levels",
+            f"{len(levels):,} levels" if isinstance(levels, list) else levels,
+            what,
+        )
     for i, v in enumerate(levels):
-        number(f"{where}.levels[{i}]", v, 0, open_low=True)
+        number(f"{where}.levels[{i}]", v, MIN_LEVEL, MAX_LEVEL)
     if sorted(set(levels)) != list(levels):
         raise ConfigError(f"{where}.levels", levels, "distinct levels in increasing order")
     return [float(v) for v in levels]
@@ -145,7 +157,7 @@ def _limits(where: str, raw: Mapping[str, Any]) -> tuple[Any, Any, Any]:
     bounds = {k: raw.get(k) for k in ("start", "min", "max")}
     for k, v in bounds.items():
         if v is not None:
-            number(f"{where}.{k}", v, 0, open_low=True)
+            number(f"{where}.{k}", v, MIN_LEVEL, MAX_LEVEL)
     lo, hi, st = bounds["min"], bounds["max"], bounds["start"]
     if lo is not None and hi is not None and lo >= hi:
         raise ConfigError(f"{where}.max", hi, f"> load.min ({lo})")

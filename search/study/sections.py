@@ -141,6 +141,22 @@ def resolve_path(base: Path, raw: str, where: str) -> str:
         raise ConfigError(where, raw, f"a file path ({exc})") from None
 
 
+def resolve_storage(base: Path, raw: str, where: str) -> str:
+    """A storage as given, with a file path (plain or inside ``sqlite:///``) made absolute.
+
+    The one rule for relative paths: a path written in a study file is relative to the study
+    file's folder, a path given on the command line (or a default) to the working directory;
+    ``base`` is that folder. Other URLs (``postgresql+psycopg2://...``) are returned unchanged.
+    """
+    prefix = "sqlite:///"
+    if raw.startswith(prefix):
+        path = raw[len(prefix) :]
+        return prefix + resolve_path(base, path, where) if path else raw
+    if "://" in raw:
+        return raw
+    return resolve_path(base, raw, where)
+
+
 # -- the parsers ----------------------------------------------------------------------------
 
 
@@ -176,6 +192,10 @@ def workload_ref(w: Mapping[str, Any]) -> WorkloadRef:
     )
 
 
+MAX_TRIALS = 1_000_000
+"""Most trials a study may ask for (a 10,000-trial study's report already takes seconds)."""
+
+
 def parse_budget(at: str, data: Mapping[str, Any]) -> Budget:
     """The ``budget:`` section."""
     b = mapping_field(at, data, "budget")
@@ -192,13 +212,13 @@ def parse_budget(at: str, data: Mapping[str, Any]) -> Budget:
     if bad or not 0 < timeout < math.inf:
         raise ConfigError(f"{at}budget.trial_timeout_s", timeout, "a finite number of seconds > 0")
     return Budget(
-        max_trials=integer(f"{at}budget.max_trials", b.get("max_trials", 100), 1),
+        max_trials=integer(f"{at}budget.max_trials", b.get("max_trials", 100), 1, MAX_TRIALS),
         max_wall_s=None if wall is None else float(wall),
         tol=float(tol),
-        patience=integer(f"{at}budget.patience", b.get("patience", 3), 1),
+        patience=integer(f"{at}budget.patience", b.get("patience", 3), 1, MAX_TRIALS),
         generation=None
         if gen is None
-        else integer(f"{at}budget.generation", b.get("generation", 1), 1),
+        else integer(f"{at}budget.generation", b.get("generation", 1), 1, MAX_TRIALS),
         trial_timeout_s=float(timeout),
     )
 

@@ -13,7 +13,7 @@ Example::
     objectives:                       # default: the two below
       - {metric: output_token_throughput_per_gpu, direction: maximize}
       - {metric: output_token_throughput_per_user, direction: maximize}
-    constraints: ["time_to_first_token.p90 <= 2000"]
+    constraints: ["time_to_first_token.p99 <= 3000"]   # + every declared SLO (search.study.slo)
     slo_margin: p90                   # optional: latency constraints tightened by the calibration
                                       # profile's p90 error (2000 -> 2000 / exp(1.28 sigma_ttft))
     optimizer: {name: optuna-nsga2, population: 8}
@@ -23,10 +23,12 @@ Example::
     seed: 0
 
 Input paths (``space``, ``workload.trace``, ``workload.file``, ``deployment.calibration``) are
-relative to the study file;
-they are stored resolved, with the space inlined, so a resume needs only the storage. The
-storage path is relative to the working directory. ``simulator: module:function`` replaces
-``dynosim.simulate`` (a testing hook).
+relative to the study file; a study-level ``slo:`` is ``deployment.slo`` given at the top;
+they are stored resolved, with the space inlined, so a resume needs only the storage. The one
+rule for relative paths: a path written in a study file (``storage`` included, also inside
+``sqlite:///``) is relative to the study file's folder; a path given on the command line
+(``--storage``) or a default (``runs/dynosim.journal``) is relative to the working directory.
+``simulator: module:function`` replaces ``dynosim.simulate`` (a testing hook).
 """
 
 from __future__ import annotations
@@ -63,7 +65,15 @@ from search.study.sections import (
     parse_optimizer,
     parse_workload,
     resolve_path,
+    resolve_storage,
     workload_ref,
+)
+from search.study.slo import (
+    declared_slo,
+    slo_notes,
+    split_constraints,
+    with_declared,
+    with_margin,
 )
 from search.study.space import Knob, Space, unreadable, yaml_error
 
@@ -78,7 +88,7 @@ DEFAULT_OBJECTIVES = (
 _TOP = {
     "name", "description", "model", "gpu", "gpu_budget", "deployment", "workload", "space",
     "objectives", "constraints", "optimizer", "budget", "executor", "storage", "seed",
-    "simulator", "load", "slo_margin",
+    "simulator", "load", "slo_margin", "slo",
 }  # fmt: skip
 MAX_GPU_BUDGET = 1_000_000
 MAX_SEED = 2**32 - 1
@@ -102,6 +112,8 @@ class StudyFile:
     data: dict[str, Any] = field(repr=False)
     load: LoadSpec = field(default_factory=LoadSpec)
     axis: LoadAxis | None = None
+    slo_notes: tuple[str, ...] = ()
+    """Declared SLOs not enforced as declared (``search.study.slo``)."""
 
 
 def load_study_file(path: str | Path, overrides: Mapping[str, Any] | None = None) -> StudyFile:
@@ -122,6 +134,8 @@ def load_study_file(path: str | Path, overrides: Mapping[str, Any] | None = None
     if not isinstance(data, dict):
         raise ConfigError(str(p), data, "a mapping of study fields")
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    if isinstance(given.get("storage"), str):  # a flag's path is the working directory's
+        given["storage"] = resolve_storage(Path.cwd(), given["storage"], "--storage")
     missing = {k: v for k, v in given.items() if not _has(data, k)}
     base_dir = p.resolve().parent
     if len(missing) < len(given):  # some flag replaces a value of the file: check that value
@@ -212,6 +226,10 @@ def parse_study(
     data = copy.deepcopy(dict(raw))
     name = text(f"{at}name", data.get("name"))
     deployment = mapping_field(at, data, "deployment")
+    slo = declared_slo(at, data, deployment)
+    if "slo" in data:  # stored where the deployment reads it
+        data["deployment"] = deployment
+        del data["slo"]
     _check_deployment_names(at, deployment)
     if isinstance(deployment.get("calibration"), str) and deployment["calibration"]:
         deployment["calibration"] = resolve_path(
@@ -238,9 +256,16 @@ def parse_study(
     cons = data.get("constraints") or []
     if not isinstance(cons, list):
         raise ConfigError(f"{at}constraints", cons, "a list of 'METRIC <= NUMBER'")
-    constraints = tuple(Constraint.parse(c, f"{at}constraints[{i}]") for i, c in enumerate(cons))
+    _, waived = split_constraints(at, cons)
+    explicit = tuple(
+        Constraint.parse(c, f"{at}constraints[{i}]")
+        for i, c in enumerate(cons)
+        if not (isinstance(c, Mapping) and "not_enforced" in c)
+    )
+    constraints = with_declared(explicit, slo, waived)
+    notes = tuple(slo_notes(explicit, slo, waived))
     if data.get("slo_margin") is not None:
-        constraints = _with_margin(at, data["slo_margin"], constraints, fixed, space)
+        constraints = with_margin(at, data["slo_margin"], constraints, fixed, space)
     try:
         problem = Problem(
             space=space, objectives=objectives, constraints=constraints, base=fixed,
@@ -252,6 +277,13 @@ def parse_study(
     data["workload"] = parse_workload(at, data, base)
     workload = workload_ref(data["workload"])
     load, axis = _load(at, data, workload, problem)
+    budget = parse_budget(at, data)
+    if load.mode == "sweep" and budget.max_trials < len(load.levels):
+        raise ConfigError(
+            f"{at}budget.max_trials",
+            budget.max_trials,
+            f"at least one trial per sweep level ({len(load.levels)} levels)",
+        )
     if load.mode == "sweep":
         level = Knob(name=LEVEL_KNOB, kind="choice", values=load.levels)
         space = Space(knobs=(*space.knobs, level), description=space.description)
@@ -265,6 +297,8 @@ def parse_study(
     storage = data.get("storage")
     if storage is not None and not isinstance(storage, str):
         raise ConfigError(f"{at}storage", storage, "a journal file path or a storage URL")
+    if storage and base_dir is not None:  # a path written in the study file is the file's
+        data["storage"] = resolve_storage(base_dir, storage, f"{at}storage")
     if dry:
         check_runnable(problem, at, catalog=simulator is None)
     return StudyFile(
@@ -272,7 +306,7 @@ def parse_study(
         problem=problem,
         workload=workload,
         optimizer=optimizer,
-        budget=parse_budget(at, data),
+        budget=budget,
         executor=parse_executor(at, data),
         storage=str(data.get("storage") or DEFAULT_STORAGE),
         seed=seed,
@@ -281,6 +315,7 @@ def parse_study(
         data=data,
         load=load,
         axis=axis,
+        slo_notes=notes,
     )
 
 
@@ -320,40 +355,6 @@ def _load(
     if axis is not None:
         data["load"].update(axis=axis.kind, base=axis.base)
     return load, axis
-
-
-def _with_margin(
-    at: str,
-    raw: object,
-    constraints: tuple[Constraint, ...],
-    fixed: Mapping[str, Any],
-    space: Space,
-) -> tuple[Constraint, ...]:
-    """``slo_margin: p90``: latency constraints tightened by the calibration's p90 error.
-
-    The spread is the deployment's calibration profile's (or the shipped one's) for the
-    fixed backend, or the largest over the backends a ``backend`` knob offers; see
-    :func:`dynosim.perf.calibration.with_margin`.
-    """
-    from dynosim.perf.calibration import load_profile, metric_error_kind, parse_quantile
-    from dynosim.perf.calibration import with_margin as tighten
-
-    q = parse_quantile(raw, f"{at}slo_margin")
-    path = fixed.get("calibration")
-    try:
-        profile = load_profile(path if isinstance(path, str) else None)
-    except ConfigError as exc:
-        raise ConfigError(f"{at}deployment.{exc.field}", exc.value, exc.allowed) from None
-    knob = next((k for k in space.knobs if k.name == "backend"), None)
-    backends = [str(v) for v in knob.values] if knob is not None else [
-        str(fixed.get("backend", "vllm"))
-    ]  # fmt: skip
-    out = []
-    for c in constraints:
-        kind = metric_error_kind(c.metric)
-        sigma = max(profile.sigma(b, kind) for b in backends) if kind else 0.0
-        out.append(dataclasses.replace(c, value=tighten(c.metric, c.op, c.value, sigma, q)))
-    return tuple(out)
 
 
 def _objectives(

@@ -236,3 +236,36 @@ def test_each_big_enough_file_gets_its_own_host_delays(monkeypatch: pytest.Monke
         assert replay(m, rounds=2, profile=profile).ttft_ms == pytest.approx(m.ttft_ms, rel=0.01)
     # held out: a configuration's file delays come from the file's other configuration
     assert fits[0].sigma()["ttft"] < 0.05
+
+
+def test_one_configuration_has_no_held_out_figures_and_odd_factors_are_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 20: held-out errors need a configuration to leave out; factors far from 1 warn."""
+    from search.cli.simulator.calibrate import factor_warnings
+
+    csv = tmp_path / "m.csv"
+    lines = ["model,gpu,backend,tp,isl,osl,concurrency,ttft_ms,tpot_ms"]
+    for i, shape in enumerate(s for s in SHAPES if s[0] == 1):  # one configuration: tp 1
+        m = _row(i, *shape)
+        r = replay(m, rounds=2, step=TRUE_STEP, host=TRUE_HOST)
+        lines.append(f"{m.model},{m.gpu},{m.backend},{m.tp},{m.isl},{m.osl},{m.concurrency},"
+                     f"{r.ttft_ms},{r.tpot_ms}")  # fmt: skip
+    csv.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "profile.yaml"
+    assert main(["calibrate", str(csv), "--out", str(out), "--rounds", "2", "--no-factors",
+                 "--no-verify", "--json", str(tmp_path / "f.json")]) == 0  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "one configuration (model, gpu, backend, tp) only: no held-out figures" in printed
+    assert "n/a (1 config)" in printed
+    import json
+
+    groups = json.loads((tmp_path / "f.json").read_text())["groups"]
+    assert all("held_out" not in g for g in groups.values())
+    odd = dataclasses.replace(load_profile(out).backend("trtllm").step, prefill=0.24)
+    profile = load_profile(out)
+    backends = {**profile.backends, "trtllm": dataclasses.replace(profile.backend("trtllm"),
+                                                                  step=odd)}  # fmt: skip
+    warned = factor_warnings(dataclasses.replace(profile, backends=backends), ["trtllm"])
+    assert len(warned) == 1
+    assert "prefill kernel factor 0.24 is outside [0.5, 2]" in warned[0]

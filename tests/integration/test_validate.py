@@ -196,3 +196,16 @@ def test_a_disaggregated_row_replays_on_its_two_pools_and_is_not_fitted(tmp_path
     fit = design([dis, agg], rounds=2)
     assert [m.mode for m in fit.rows] == ["agg"]
     assert fit.refused == [(dis, "disaggregated rows are validated, not fitted")]
+
+
+def test_the_validation_page_names_every_series_in_its_legend(tmp_path: Path) -> None:
+    from search.results.pages.validation import validation_figure
+
+    f = _plain(tmp_path,
+               "Qwen/Qwen3-8B,h200_sxm,vllm,1,1000,64,4,50,10",
+               "Qwen/Qwen3-8B,h100_sxm,vllm,1,1000,64,4,50,10")  # fmt: skip
+    fig = validation_figure(validate(read_measurements(f), timing="roofline"), title="t")
+    assert all(trace.name for trace in fig.data)  # every series has a name
+    shown = sorted(trace.name for trace in fig.data if trace.showlegend is not False)
+    assert shown == sorted({trace.name for trace in fig.data})  # and each is in the legend once
+    assert {"simulated = measured", "±20%"} <= set(shown)

@@ -90,7 +90,7 @@ def test_space_float_knob_bounds_must_be_finite() -> None:
 )
 def test_workload_sizes_and_times_are_bounded(edit: dict[str, Any], field: str) -> None:
     data = {**copy.deepcopy(WORKLOAD), **edit}
-    if field == "arrival.concurrency" or field == "arrival.ramp_up_s":
+    if field in ("arrival.concurrency", "arrival.ramp_up_s"):
         data["arrival"] = {"concurrency": 1, **edit["arrival"]}
     with pytest.raises(ConfigError) as exc:
         WorkloadSpec.from_dict(data)

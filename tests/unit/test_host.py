@@ -171,3 +171,23 @@ def test_dp_ranks_share_their_replicas_processes() -> None:
     assert m.tokenize_utilization == pytest.approx(300 / 20_000)  # 1 replica x 2 processes
     assert m.stream_utilization == pytest.approx(10_000 / 20_000)
     assert m.stream_delay.max == pytest.approx(10.0 - 0.01)  # 10 ms after the engine, less 10 us
+
+
+def test_a_saturating_tokenizer_adds_the_queueing_of_an_md1_queue() -> None:
+    """One process of fixed service time s under Poisson arrivals is an M/D/1 queue.
+
+    Each request waits exactly as the Lindley recursion W_k = max(0, W_{k-1} + s - gap_k)
+    says, and the mean wait tends to Pollaczek-Khinchine's rho s / (2 (1 - rho)): at
+    s = 200 us and rho = 0.5 that is 100 us.
+    """
+    s, rho, n = 200, 0.5, 100_000
+    gaps = np.random.default_rng(5).exponential(s / rho, n)
+    arrivals = np.floor(np.cumsum(gaps)).astype(np.int64)
+    host = Host(HostConfig(api_server_count=1, request_us=float(s)), n)
+    for i, a in enumerate(arrivals.tolist()):
+        host.tokenized_us(i, a, 1000, replicas=1)
+    want = np.zeros(n, dtype=np.int64)
+    for k in range(1, n):
+        want[k] = max(0, want[k - 1] + s - (arrivals[k] - arrivals[k - 1]))
+    assert host.tokenize_wait_us.tolist() == want.tolist()
+    assert host.tokenize_wait_us.mean() == pytest.approx(rho * s / (2 * (1 - rho)), rel=0.05)

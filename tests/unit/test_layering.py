@@ -78,7 +78,7 @@ def violations(me: str, imports: set[str]) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("path", _modules(), ids=lambda p: _name(p))
+@pytest.mark.parametrize("path", _modules(), ids=_name)
 def test_imports_go_down(path: Path) -> None:
     assert violations(_name(path), _imports(path)) == []
 

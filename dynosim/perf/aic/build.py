@@ -32,6 +32,7 @@ import numpy.typing as npt
 
 from dynosim.errors import ConfigError
 from dynosim.perf.aic.key import AicKey, _quiet, quant_modes
+from dynosim.perf.aic.named import NamedOps
 from dynosim.perf.catalog import model_spec
 from dynosim.perf.model_config import max_context
 
@@ -130,7 +131,7 @@ def _compile_as(key: AicKey, mode: str, gemm: str, moe: str | None) -> Any:
                 **parallel,
             )
         except Exception as err:
-            reason = " ".join(str(err).split())[:300]
+            reason = " ".join(str(err).split())[:700]
             raise ConfigError(
                 "timing",
                 "aic",
@@ -153,7 +154,7 @@ def _probe_ops(evaluate: Callable[[list[int]], list[Any]]) -> list[Any]:
         except Exception as err:
             if "out of range" in str(err):
                 break  # the end of the op list
-            reason = " ".join(str(err).split())[:300]
+            reason = " ".join(str(err).split())[:700]
             raise ConfigError("timing", "aic", f"roofline ({_LACKS_DATA}: {reason})") from None
     return ops
 
@@ -213,11 +214,11 @@ def build_tables(key: AicKey, mode: str = "SILICON") -> tuple[dict[str, F64], st
         h, proxy = _moe_as_expert_parallel(key, h)
         note = "; ".join(n for n in (note, proxy) if n)
     try:
-        return _evaluate_grids(key, h), note
+        return _evaluate_grids(key, NamedOps(h, key)), note
     except ConfigError:
         raise
     except Exception as err:  # a grid point AIConfigurator has no data for
-        reason = " ".join(str(err).split())[:300]
+        reason = " ".join(str(err).split())[:700]
         raise ConfigError("timing", "aic", f"roofline ({_LACKS_DATA}: {reason})") from None
 
 

@@ -66,16 +66,17 @@ def add_parser(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Fit, print the errors, write the profile."""
+    from dynosim.checks import integer, number
     from dynosim.perf.calibration import load_profile
     from dynosim.validation.calibrate import FitOptions, calibrate
-    from dynosim.validation.measurements import read_measurements
+    from dynosim.validation.measurements import check_replay, read_measurements
+    from dynosim.workload.limits import MAX_CLIENTS, MAX_FIT_WEIGHT, MAX_ROUNDS
 
-    for name in ("factor_prior", "ttft_weight"):
-        if not getattr(args, name) >= 0:
-            raise DynosimError(f"--{name.replace('_', '-')}: got {getattr(args, name)}; "
-                               "allowed: a number >= 0")  # fmt: skip
-    if args.rounds < 1:
-        raise DynosimError(f"--rounds: got {args.rounds}; allowed: an integer >= 1")
+    for name in ("factor_prior", "ttft_weight"):  # a weight of the least-squares fit
+        number(f"--{name.replace('_', '-')}", getattr(args, name), 0, MAX_FIT_WEIGHT)
+    integer("--rounds", args.rounds, 1, MAX_ROUNDS)
+    if args.concurrency is not None:
+        integer("--concurrency", args.concurrency, 1, MAX_CLIENTS)
     start = load_profile(args.start)
     wanted = [group_filter(g) for g in args.group]
     every = read_measurements(args.measurements, measurement_context(args))
@@ -83,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
             and (not wanted or any(matches(m.group, w) for w in wanted))]  # fmt: skip
     if not rows:
         raise DynosimError(f"{args.measurements}: no replayable rows (after --group)")
+    check_replay(rows, args.rounds)
     opts = FitOptions(fit_factors=not args.no_factors, fit_host=not args.no_host,
                       ttft_weight=args.ttft_weight, factor_prior=args.factor_prior,
                       fit_streaming=not args.no_streaming)  # fmt: skip
@@ -95,6 +97,12 @@ def run(args: argparse.Namespace) -> int:
         profile, fits = calibrate(rows, start=start, rounds=args.rounds, timing=args.timing,
                                   opts=opts, progress=progress,
                                   unrecorded_client=args.unrecorded_client)  # fmt: skip
+    if not any(f.design.rows for f in fits):
+        from dynosim.validation.validate import replay
+
+        m, why = next((r for f in fits for r in f.design.refused), (rows[0], None))
+        why = why or replay(m, rounds=1, timing=args.timing, profile=start).refused
+        raise DynosimError(f"{args.measurements}: no row could be replayed; e.g. {m.where}: {why}")
     command = _command(args)
     profile = type(profile)(
         backends=profile.backends,
@@ -123,6 +131,13 @@ def run(args: argparse.Namespace) -> int:
             m, why = f.design.refused[0]
             console.print(f"[yellow]{len(f.design.refused)} {f.backend} rows could not be "
                           f"replayed; e.g. {m.where}: {why}[/yellow]")  # fmt: skip
+    lonely = [f.backend for f in fits if f.design.rows and _n_configurations(f) < 2]
+    for backend in lonely:
+        console.print(f"[yellow]{backend}: one configuration (model, gpu, backend, tp) only: "
+                      "no held-out figures (they need a configuration to leave out), and its "
+                      "sigma is the in-sample spread, not a held-out one[/yellow]")  # fmt: skip
+    for line in factor_warnings(profile, [f.backend for f in fits]):
+        console.print(f"[yellow]{line}[/yellow]")
     console.print("held out = leave-one-configuration-out (model, gpu, backend, tp) predictions")
     console.print(f"profile written to {args.out}")
     if args.json is not None:
@@ -139,11 +154,39 @@ def _figures(fits: list[Any]) -> dict[str, dict[str, Any]]:
     figures: dict[str, dict[str, Any]] = {}
     for f in fits:
         d = f.design
-        for label, (t, p) in (("before", predict(d, f.before)), ("fit", f.fitted()),
-                              ("held_out", (f.loo_ttft, f.loo_tpot))):  # fmt: skip
+        labels = [("before", predict(d, f.before)), ("fit", f.fitted())]
+        if _n_configurations(f) >= 2:  # one configuration has nothing to leave out
+            labels.append(("held_out", (f.loo_ttft, f.loo_tpot)))
+        for label, (t, p) in labels:
             for g, e in group_errors(d.rows, t, p).items():
                 figures.setdefault("/".join(g[:3]), {})[label] = e
     return figures
+
+
+FACTOR_RANGE = (0.5, 2.0)
+"""Kernel factors outside this range say the kernel data or the replay is off, not the engine."""
+
+
+def factor_warnings(profile: Any, backends: list[str]) -> list[str]:
+    """One line per fitted kernel factor outside :data:`FACTOR_RANGE`."""
+    lo, hi = FACTOR_RANGE
+    out = []
+    for backend in backends:
+        step = profile.backend(backend).step
+        for name in ("prefill", "decode"):
+            value = float(getattr(step, name))
+            if not lo <= value <= hi:
+                out.append(
+                    f"{backend}: fitted {name} kernel factor {value:.3g} is outside "
+                    f"[{lo:g}, {hi:g}]: the step times are being stretched rather than "
+                    "explained; check the measurements' client, GPU and engine flags"
+                )
+    return out
+
+
+def _n_configurations(fit: Any) -> int:
+    """Distinct configurations (model, gpu, backend, tp) among a backend fit's rows."""
+    return len({fit.design.configuration(m) for m in fit.design.rows})
 
 
 def _verify(figures: dict[str, dict[str, Any]], fits: list[Any], args: argparse.Namespace) -> None:
@@ -181,9 +224,11 @@ def _table(figures: dict[str, dict[str, Any]], title: str) -> Any:
         def cell(e: dict[str, Any], metric: str) -> str:
             return f"{e[metric + '_mape']:.1f} ({e[metric + '_bias']:+.1f})"
 
+        held = fig.get("held_out")
         t.add_row(g, str(int(fig["fit"]["rows"])), cell(fig["before"], "ttft"),
-                  cell(after, "ttft"), cell(fig["held_out"], "ttft"), cell(fig["before"], "tpot"),
-                  cell(after, "tpot"), cell(fig["held_out"], "tpot"))  # fmt: skip
+                  cell(after, "ttft"), cell(held, "ttft") if held else "n/a (1 config)",
+                  cell(fig["before"], "tpot"), cell(after, "tpot"),
+                  cell(held, "tpot") if held else "n/a (1 config)")  # fmt: skip
     return t
 
 

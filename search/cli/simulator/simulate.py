@@ -3,17 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
+import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dynosim.checks import integer
+from dynosim.config import DeploymentConfig
+from dynosim.config.cluster import INTERVAL_WHY, MIN_INTERVAL_S
 from dynosim.errors import DynosimError
 from dynosim.files import load_deployment
 from dynosim.metrics import LATENCY_METRICS, Metrics
 from dynosim.simulation import Simulation
+from dynosim.types import Request
 from dynosim.workload import Workload, head, load_trace_workload, load_workload_file, speedup
-from search.cli.shared import make_console, writing
+from dynosim.workload.limits import MAX_SAMPLES
+from search.cli.shared import (
+    make_console,
+    refuse_trace_as_workload,
+    slo_unit_warnings,
+    writing,
+)
 
 
 def add_parser(p: argparse.ArgumentParser) -> None:
@@ -66,16 +79,47 @@ def load_workload(args: argparse.Namespace) -> Workload:
     return Workload(requests=tuple(reqs), warmup_requests=wl.warmup_requests, name=wl.name)
 
 
+def check_samples(
+    config: DeploymentConfig, requests: Sequence[Request], timeline_s: float | None
+) -> None:
+    """Refuse a run whose periodic samples (timeline, planner) would exceed :data:`MAX_SAMPLES`.
+
+    The projection is the arrivals' span over the shortest sampling period: a lower bound of
+    the samples the run takes (it lasts at least until the last arrival).
+    """
+    periods = [] if timeline_s is None else [("--timeline-interval", timeline_s)]
+    if config.planner is not None:
+        p = config.planner
+        periods.append(("planner.metric_pulling_interval_s", p.metric_pulling_interval_s))
+        periods.append(("planner.adjustment_interval_s", p.adjustment_interval_s))
+    span = max((r.arrival_s for r in requests), default=0.0)
+    for name, period in periods:
+        samples = span / period
+        if samples > MAX_SAMPLES:
+            raise DynosimError(
+                f"{name}: got {period:g} s over {span:,.0f} s of arrivals = {samples:,.0f} "
+                f"samples; allowed: at most {MAX_SAMPLES:,} samples a run (a longer period)"
+            )
+
+
 def run(args: argparse.Namespace) -> int:
     """Simulate and print a table; write JSON if asked."""
     from dynosim.perf.overhead import with_calibration
+    from search.study.study_file import MAX_SEED  # a study's seed bound: the same seeds
 
+    integer("--seed", args.seed, 0, MAX_SEED)
     console = make_console()
+    if args.workload is not None:
+        refuse_trace_as_workload(args.workload)
     config = with_calibration(load_deployment(args.deployment), args.deployment.parent)
+    slo = {f"slo.{k}": v for k, v in dataclasses.asdict(config.slo).items() if v is not None}
+    for line in slo_unit_warnings(slo):
+        warnings.warn(line, UserWarning, stacklevel=1)
     interval = args.timeline_interval
-    if not (math.isfinite(interval) and interval > 0):
-        raise DynosimError(f"--timeline-interval: got {interval}; allowed: a number of seconds > 0")
+    if not (math.isfinite(interval) and MIN_INTERVAL_S <= interval <= 10_000_000):
+        raise DynosimError(f"--timeline-interval: got {interval}; allowed: {INTERVAL_WHY}")
     workload = load_workload(args)
+    check_samples(config, workload.requests, interval if args.timeline is not None else None)
     with console.status(f"simulating {len(workload.requests):,} requests..."):
         sim = Simulation(
             config,
@@ -127,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
         from search.results.pages.timeline import write_timeline
 
         with writing("--timeline", args.timeline):
-            write_timeline(result, args.timeline, title=title)
+            write_timeline(result, args.timeline, title=title, slo=config.slo)
         console.print(f"timeline written to {args.timeline}")
     return 0
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +32,15 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", type=Path, help="directory to write the TRT-LLM YAML(s) (trtllm backend) into"
     )
+    parser.add_argument(
+        "--load", type=float, metavar="LEVEL",
+        help="load of the AIPerf check on the study's load axis (x trace rate, req/s or "
+        "concurrency; default the study's own; a capacity study is also checked at capacity)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--aiperf-trace", type=Path, metavar="OUT.jsonl",
+        help="write the study's workload as the Mooncake JSONL AIPerf replays; the check uses it",
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,9 +74,15 @@ def run(args: argparse.Namespace) -> int:
     )
     spec, spec_error = read_workload_spec(study_dict)
     out_dir = args.out if args.out is not None else Path(".")
-    export = export_trial(
-        config, study_dict, info, workload_spec=spec, workload_error=spec_error, yaml_dir=out_dir
-    )
+    if args.load is not None and not (math.isfinite(args.load) and args.load > 0):
+        raise DynosimError(f"--load: got {args.load}; allowed: a number > 0")
+    trace_file = None
+    if args.aiperf_trace is not None:
+        n = write_aiperf_trace(study_dict, args.aiperf_trace)
+        trace_file = str(args.aiperf_trace)
+        print(f"# wrote {trace_file}: {n} requests (AIPerf mooncake_trace)", file=sys.stderr)
+    export = export_trial(config, study_dict, info, workload_spec=spec, workload_error=spec_error,
+                          yaml_dir=out_dir, load=args.load, trace_file=trace_file)  # fmt: skip
     if args.out is not None and export.yaml_files():
         written = []
         for name, text in export.yaml_files():
@@ -80,6 +97,27 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(export.to_text(), end="")
     return 0
+
+
+def write_aiperf_trace(study: dict[str, Any], out: Path) -> int:
+    """Write the study's workload, as the study reads it, to ``out``; return its requests.
+
+    Raises:
+        DynosimError: The study stores no workload, it cannot be loaded, or ``out`` cannot
+            be written.
+    """
+    from search.export.trace import mooncake_jsonl
+    from search.study.load import LoadSpec
+    from search.study.workload import load_workload
+
+    workload = study.get("workload")
+    if not isinstance(workload, dict):
+        raise DynosimError("--aiperf-trace: the study stores no workload to write")
+    requests, _, _ = load_workload(workload, LoadSpec.from_dict(study.get("load")))
+    with writing("--aiperf-trace", out):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(mooncake_jsonl(requests))
+    return len(requests)
 
 
 def find_trial(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
@@ -97,16 +135,27 @@ def find_trial(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
 
 
 def read_workload_spec(study: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
-    """The synthetic workload file of a ``{file: PATH}`` study, parsed; or why it is not."""
+    """The synthetic workload file of a ``{file: PATH}`` study, parsed; or why it is not.
+
+    A file that is gone is a note of the export; one that is there but no longer valid (edited
+    after the study ran) is refused as ``simulate`` would refuse it (``WorkloadError``: one
+    line naming the file and the field).
+    """
     import yaml
+
+    from dynosim.workload import parse_workload_file
 
     workload = study.get("workload")
     if not isinstance(workload, dict) or "file" not in workload:
         return None, None
+    path = Path(str(workload["file"]))
     try:
-        data = yaml.safe_load(Path(str(workload["file"])).read_text())
+        text = path.read_bytes()
     except OSError as exc:
         return None, str(exc.strerror or exc)
+    parse_workload_file(path)
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         return None, f"invalid YAML: {type(exc).__name__}"
     if not isinstance(data, dict):

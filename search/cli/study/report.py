@@ -28,23 +28,22 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the summary, Pareto front, best config per SLO and knob importance; write files."""
-    from search.results.best import best_lines
     from search.results.importance import knob_importances
-    from search.results.tables import importance_table, pareto_table
+    from search.results.outcome import outcome_blocks
+    from search.results.tables import importance_table
     from search.results.write import write_report
     from search.store.open import load_study
 
     study = load_study(args.storage, args.name)
     console = make_console()
     console.print(study_summary(study) + "\n", highlight=False, markup=False)
-    table = pareto_table(study)
-    if table.row_count:
-        console.print(table)
-    else:
-        console.print("[yellow]no feasible trial yet: no Pareto front[/yellow]")
-    console.print("\n[bold]best configuration under each SLO[/bold] (best first objective)")
-    for line in best_lines(study):
-        console.print(f"  {line}", highlight=False, markup=False)
+    for block, plain in outcome_blocks(study):
+        if plain:
+            console.print(f"  {block}", highlight=False, markup=False)
+        elif block.row_count:
+            console.print(block)
+        else:
+            console.print(f"[yellow]{block.title}: no feasible trial[/yellow]")
     console.print()
     importances = knob_importances(study)
     console.print(importance_table(study.study_name, importances))

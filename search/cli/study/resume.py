@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from dynosim.errors import ConfigError
+from dynosim.errors import ConfigError, DynosimError
 from search.cli.study.tune import add_run_options, execute, overrides
 from search.results.counts import TrialCounts, trial_counts
 from search.store.lease import refuse_if_held
@@ -34,14 +34,20 @@ def run(args: argparse.Namespace) -> int:
     if args.name not in study_names(storage):
         names = ", ".join(study_names(storage)) or "none"
         raise ConfigError("name", args.name, f"a study in {args.storage} ({names})")
-    refuse_if_held(StudyRecord(storage, args.name, url=args.storage))  # before a long load
-    sid = storage.get_study_id_from_name(args.name)
-    attrs = storage.get_study_user_attrs(sid)
+    record = StudyRecord(storage, args.name, url=args.storage)
+    refuse_if_held(record)  # before a long load
+    attrs = record.user_attrs
     data = attrs.get("study")
     if not isinstance(data, dict):
+        if record.unfinished_creation():
+            raise DynosimError(
+                f"study {args.name!r} in {args.storage} was interrupted while it was being "
+                "created, before anything ran: start it again with `dynosim tune STUDY.yaml "
+                f"--name {args.name} --storage {args.storage}`"
+            )
         raise ConfigError("name", args.name, "a study created by `dynosim tune`")
     sf = parse_study(apply_overrides(data, overrides(args)), source=f"study {args.name}")
-    counts = trial_counts(storage.get_all_trials(sid, deepcopy=False))
+    counts = trial_counts(record.trials())
     reason = nothing_to_run(args.name, attrs, counts, args.n_trials, args.max_wall_s)
     if reason is not None:
         print(reason)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import shlex
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from dynosim.errors import ConfigError
-from search.cli.shared import make_console
+from search.cli.shared import invocation, make_console
 from search.run.driver import RunState, run_study
 from search.study.study_file import StudyFile, load_study_file
 from search.study.workload import load_workload
@@ -57,7 +58,13 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Load the study file and run the study."""
+    import warnings
+
+    from search.study.dry_run import unrunnable_values
+
     sf = load_study_file(args.study, overrides(args))
+    for line in unrunnable_values(sf.problem, catalog=sf.simulator is None):
+        warnings.warn(f"space: {line}", UserWarning, stacklevel=1)
     return execute(sf, resume=False, progress=not args.no_progress)
 
 
@@ -135,27 +142,28 @@ def _progress(sf: StudyFile, enabled: bool) -> Iterator[Callable[[RunState], Non
 
 
 def print_outcome(sf: StudyFile, state: RunState) -> None:
-    """Status line, the Pareto front, the best configuration under each SLO, knob importance."""
-    from search.results.best import best_lines
+    """Status line, the Pareto front(s) and best lines (``outcome_blocks``), knob importance."""
     from search.results.counts import trial_counts
     from search.results.importance import knob_importances
-    from search.results.tables import importance_table, pareto_table
+    from search.results.outcome import outcome_blocks
+    from search.results.tables import importance_table
     from search.store.open import load_study
 
     console = make_console()
     study = load_study(sf.storage, sf.name)
     counts = trial_counts(study.get_trials(deepcopy=False))
+    refused = f" ({state.n_refused} refused unsimulated)" if state.n_refused else ""
     console.print(
-        f"study [bold]{state.name}[/]: {state.status}; {counts.summary()}, "
+        f"study [bold]{state.name}[/]: {state.status}; {counts.summary()}{refused}, "
         f"hypervolume {state.hypervolume:.4f}; storage {sf.storage}"
     )
-    console.print(pareto_table(study))
-    console.print("best configuration under each SLO (best first objective):")
-    for line in best_lines(study):
-        console.print(line, highlight=False, markup=False)
+    for block, plain in outcome_blocks(study):
+        if plain:
+            console.print(block, highlight=False, markup=False)
+        else:
+            console.print(block)
     console.print()
     console.print(importance_table(study.study_name, knob_importances(study)))
-    console.print(
-        f"reports (CSV, HTML): dynosim report {sf.name} --storage {sf.storage}", highlight=False
-    )
+    command = f"{invocation()} report {shlex.quote(sf.name)} --storage {shlex.quote(sf.storage)}"
+    console.print(f"reports (CSV, HTML): {command}", highlight=False)
     sys.stdout.flush()

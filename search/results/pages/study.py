@@ -13,9 +13,10 @@ import html
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from search.results.front import TrialGroup, group_trials, pareto_trials
+from search.results.front import TrialGroup, group_trials, pareto_of
 from search.results.hypervolume import recomputed_hypervolume
 from search.results.importance import EVALUATOR, ObjectiveImportance, knob_order, objective_header
+from search.results.judged import is_sweep
 from search.results.labels import KEY_METRICS, format_value, metric_label
 from search.store.schema import (
     HV_HISTORY,
@@ -26,6 +27,7 @@ from search.store.schema import (
     study_objectives,
     trial_metrics,
 )
+from search.study.load import LEVEL_KNOB
 
 if TYPE_CHECKING:
     import optuna
@@ -71,11 +73,17 @@ def hover_text(trial: FrozenTrial | TrialGroup, study_objectives: Sequence[tuple
     return "<br>".join(lines)
 
 
-def _groups(study: optuna.Study) -> tuple[list[Any], list[Any], list[Any], int]:
-    """(Pareto, other feasible, runnable-but-infeasible) trials and the count not runnable."""
-    front = pareto_trials(study)
+def _groups(
+    study: optuna.Study, trials: Sequence[Any] | None = None
+) -> tuple[list[Any], list[Any], list[Any], int]:
+    """(Pareto, other feasible, runnable-but-infeasible) trials and the count not runnable.
+
+    ``trials`` (default: all) narrows the study, e.g. to one load level of a sweep.
+    """
+    if trials is None:
+        trials = study.get_trials(deepcopy=False)
+    front = pareto_of(trials, [d.name.lower() for d in study.directions])
     on_front = {t.number for t in front}
-    trials = study.get_trials(deepcopy=False)
     feasible = [t for t in trials if is_feasible(t) and t.number not in on_front]
     infeasible = [t for t in trials if is_runnable(t) and not is_feasible(t)]
     not_run = sum(1 for t in trials if t.values and not is_runnable(t) and not is_feasible(t))
@@ -87,14 +95,27 @@ def _axis(metric: str, direction: str) -> str:
 
 
 def pareto_figures(study: optuna.Study) -> list[go.Figure]:
-    """The Pareto scatter of the first two objectives, plus a scatter matrix for 3+."""
-    figs = [pareto_scatter(study)]
+    """The Pareto scatter of the first two objectives, plus a scatter matrix for 3+.
+
+    A sweep gets one scatter per load level (load is the user's situation, not a knob).
+    """
+    figs = []
+    if is_sweep(study):
+        trials = study.get_trials(deepcopy=False)
+        levels = sorted({float(t.params[LEVEL_KNOB]) for t in trials if LEVEL_KNOB in t.params})
+        for level in levels:
+            at = [t for t in trials if float(t.params.get(LEVEL_KNOB, -1)) == level]
+            figs.append(pareto_scatter(study, at, f" at load level {level:g}"))
+    else:
+        figs.append(pareto_scatter(study))
     if len(study.directions) >= 3:
         figs.append(objective_matrix(study))
     return figs
 
 
-def pareto_scatter(study: optuna.Study) -> go.Figure:
+def pareto_scatter(
+    study: optuna.Study, trials: Sequence[Any] | None = None, tag: str = ""
+) -> go.Figure:
     """All trials faded, infeasible ones as crosses, the feasible front highlighted and joined.
 
     With one objective the x axis is the trial number.
@@ -102,7 +123,7 @@ def pareto_scatter(study: optuna.Study) -> go.Figure:
     import plotly.graph_objects as go
 
     objs = study_objectives(study)
-    front, feasible, infeasible, not_run = _groups(study)
+    front, feasible, infeasible, not_run = _groups(study, trials)
     one = len(objs) == 1
 
     def xy(groups: Sequence[TrialGroup]) -> tuple[list[float], list[float]]:
@@ -116,15 +137,15 @@ def pareto_scatter(study: optuna.Study) -> go.Figure:
         ("feasible", feasible, FEASIBLE_COLOR, "circle", 0.35, "markers"),
         ("Pareto front", front, FRONT_COLOR, "diamond", 1.0, "lines+markers"),
     )
-    for name, trials, color, symbol, opacity, mode in styles:
-        groups = group_trials(trials)
+    for name, members, color, symbol, opacity, mode in styles:
+        groups = group_trials(members)
         x, y = xy(groups)
         fig.add_trace(
             go.Scatter(
                 x=x,
                 y=y,
                 mode=mode if not one else "markers",
-                name=f"{name} ({len(trials)})",
+                name=f"{name} ({len(members)})",
                 marker={"color": color, "symbol": symbol, "size": 10 if opacity == 1 else 7},
                 line={"color": color, "width": 1.5},
                 opacity=opacity,
@@ -137,7 +158,7 @@ def pareto_scatter(study: optuna.Study) -> go.Figure:
     size = f"{n_points} points, {len(front)} configs" if n_points < len(front) else (
         f"{len(front)} configs")  # fmt: skip
     fig.update_layout(
-        title=f"{study.study_name}: Pareto front ({size}){note}",
+        title=f"{study.study_name}{tag}: Pareto front ({size}){note}",
         xaxis_title="trial" if one else _axis(*objs[0]),
         yaxis_title=_axis(*objs[0 if one else 1]),
         hovermode="closest",

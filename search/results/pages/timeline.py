@@ -1,9 +1,11 @@
 """The timeline of one simulation as an interactive plotly page (``dynosim simulate --timeline``).
 
-Four panels share the time axis: each pool's provisioned and active workers (a planner's
+Five panels share the time axis: each pool's provisioned and active workers (a planner's
 scale-ups show as provisioned rising ``startup_s`` before active), the requests waiting in each
-pool, the TTFT of every request at its arrival time (with the p90 of each sampling interval), and
-each pool's KV-cache usage. The HTML embeds plotly.js, so it opens offline.
+pool, the TTFT and the inter-token latency of every request at its arrival time (with the p90 of
+each sampling interval and the deployment's SLO), and each pool's KV-cache usage. A request's
+ITL is its mean gap between output tokens, ``(finish - first token) / (output tokens - 1)``, as
+the metrics' ``inter_token_latency`` takes it. The HTML embeds plotly.js, so it opens offline.
 """
 
 from __future__ import annotations
@@ -14,24 +16,26 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    from dynosim.config import SLOConfig
     from dynosim.simulation import SimResult
 
 _COLORS = {"agg": "#1f77b4", "prefill": "#ff7f0e", "decode": "#2ca02c"}
 
 
-def timeline_figure(result: SimResult, *, title: str) -> Any:
-    """The figure of ``result``'s timeline (its metrics must carry one)."""
+def timeline_figure(result: SimResult, *, title: str, slo: SLOConfig | None = None) -> Any:
+    """The figure of ``result``'s timeline (its metrics must carry one); ``slo``: lines drawn."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     timeline = result.metrics.timeline or {}
     fig = make_subplots(
-        rows=4,
+        rows=5,
         cols=1,
         shared_xaxes=True,
-        vertical_spacing=0.05,
-        subplot_titles=("workers", "waiting requests", "time to first token", "KV-cache usage"),
-    )
+        vertical_spacing=0.04,
+        subplot_titles=("workers", "waiting requests", "time to first token",
+                        "inter-token latency", "KV-cache usage"),
+    )  # fmt: skip
     for pool, cols in timeline.items():
         color = _COLORS.get(pool)
         t = cols["t_s"]
@@ -53,7 +57,7 @@ def timeline_figure(result: SimResult, *, title: str) -> Any:
         fig.add_trace(
             go.Scatter(x=t, y=cols["kv_usage"], name=f"{pool}: KV usage",
                        line={"color": color}, legendgroup=pool, showlegend=False),
-            row=4, col=1,
+            row=5, col=1,
         )  # fmt: skip
     rec = result.records
     done = rec.first_token_us >= 0
@@ -71,18 +75,57 @@ def timeline_figure(result: SimResult, *, title: str) -> Any:
                        line={"shape": "hv", "color": "#d62728"}),
             row=3, col=1,
         )  # fmt: skip
+    itl_at, itl = request_itl_ms(rec)
+    fig.add_trace(
+        go.Scattergl(x=itl_at, y=itl, mode="markers", name="ITL (per request)",
+                     marker={"size": 3, "color": "#8c564b", "opacity": 0.5}),
+        row=4, col=1,
+    )  # fmt: skip
+    edges, p90 = _interval_p90(itl_at, itl, timeline)
+    if edges.size:
+        fig.add_trace(
+            go.Scatter(x=edges, y=p90, name="ITL p90 per interval",
+                       line={"shape": "hv", "color": "#9467bd"}),
+            row=4, col=1,
+        )  # fmt: skip
+    targets = () if slo is None else ((3, slo.ttft_ms, "TTFT"), (4, slo.itl_ms, "ITL"))
+    for row, target, what in targets:
+        if target is not None:
+            fig.add_hline(y=target, line={"dash": "dash", "color": "#000000", "width": 1},
+                          annotation_text=f"{what} SLO {target:g} ms", row=row, col=1)  # fmt: skip
     fig.update_yaxes(title_text="workers", row=1, col=1)
     fig.update_yaxes(title_text="requests", row=2, col=1)
     fig.update_yaxes(title_text="ms", row=3, col=1)
-    fig.update_yaxes(title_text="fraction", range=[0, 1.02], row=4, col=1)
-    fig.update_xaxes(title_text="simulated time (s)", row=4, col=1)
+    fig.update_yaxes(title_text="ms", row=4, col=1)
+    fig.update_yaxes(title_text="fraction", range=[0, 1.02], row=5, col=1)
+    fig.update_xaxes(title_text="simulated time (s)", row=5, col=1)
+    if result.metrics.scaling_events:
+        fig.add_annotation(text=PLANNER_NOTE, xref="paper", yref="paper", x=0, y=-0.06,
+                           showarrow=False, align="left", font={"size": 11})  # fmt: skip
     m = result.metrics
     fig.update_layout(
         title=f"{title}: {m.gpus:.2f} GPUs on average, {m.scaling_events} scaling events",
-        height=1000,
+        height=1200,
         template="plotly_white",
     )
     return fig
+
+
+PLANNER_NOTE = (
+    "provisioned: a worker counts (and is paid for) from the planner's decision; active: from "
+    "startup_s later, when it takes traffic.<br>A pool with a worker still starting is not "
+    "adjusted (Dynamo's planner blocks adjustment while a pool scales), so the first decision "
+    "after a start<br>sees the load the new workers absorbed and may release them at once "
+    "(dynosim/cluster/planner.py; README 'Autoscaling: the planner')."
+)
+"""Why provisioned workers can rise and fall around a start (drawn when the planner acted)."""
+
+
+def request_itl_ms(rec: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Arrival time (s) and mean inter-token latency (ms) of each request with >= 2 tokens."""
+    ok = (rec.first_token_us >= 0) & (rec.finish_us >= 0) & (rec.output_tokens >= 2)
+    gaps = (rec.finish_us[ok] - rec.first_token_us[ok]) / (rec.output_tokens[ok] - 1)
+    return rec.arrival_us[ok] / 1e6, gaps / 1e3
 
 
 def _interval_p90(
@@ -105,8 +148,10 @@ def _interval_p90(
     return np.array(xs), np.array(ys)
 
 
-def write_timeline(result: SimResult, path: Path, *, title: str) -> None:
+def write_timeline(
+    result: SimResult, path: Path, *, title: str, slo: SLOConfig | None = None
+) -> None:
     """Write the timeline page of ``result`` to ``path``."""
-    fig = timeline_figure(result, title=title)
+    fig = timeline_figure(result, title=title, slo=slo)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.write_html(str(path), include_plotlyjs=True, full_html=True)

@@ -42,10 +42,12 @@ def validation_figure(groups: list[Any], *, title: str) -> Any:
             )  # fmt: skip
     for col in (1, 2):
         hi = top[col] * 1.05
-        for k, dash in ((1.0, "solid"), (1.2, "dot"), (1 / 1.2, "dot")):
+        for k, dash, label in ((1.0, "solid", "simulated = measured"), (1.2, "dot", "±20%"),
+                               (1 / 1.2, "dot", "±20%")):  # fmt: skip
             fig.add_trace(
-                go.Scatter(x=[0, hi], y=[0, hi * k], mode="lines", showlegend=False,
-                           hoverinfo="skip", line={"color": "#999", "dash": dash, "width": 1}),
+                go.Scatter(x=[0, hi], y=[0, hi * k], mode="lines", name=label, legendgroup=label,
+                           showlegend=col == 1 and k >= 1.0, hoverinfo="skip",
+                           line={"color": "#999", "dash": dash, "width": 1}),
                 row=1, col=col,
             )  # fmt: skip
         fig.update_xaxes(title_text="measured", row=1, col=col)

@@ -124,3 +124,35 @@ def test_export_missing_storage(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert main(["export", "demo", "--trial", "0", "--storage", missing]) == 2
     assert "no storage file" in capsys.readouterr().err
     assert not Path(missing).exists()
+
+
+def test_aiperf_trace_and_load_choice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 20: the check at a chosen load and at capacity, on the trace AIPerf replays."""
+    journal = make_storage(tmp_path)
+    out = tmp_path / "replay" / "w.jsonl"
+    argv = ["export", "demo", "--trial", "0", "--storage", journal, "--format", "json"]
+    assert main([*argv, "--load", "6", "--aiperf-trace", str(out)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 300  # the study's 300 generated requests, as generated
+    assert all((r["input_length"], r["output_length"]) == (1000, 200) for r in rows)
+    times = [r["timestamp"] for r in rows]
+    assert times == sorted(times)
+    assert 300 / 4 * 0.8 < times[-1] / 1000 < 300 / 4 * 1.2  # poisson at 4 req/s
+    chosen = data["aiperf"]["commands"][0]["argv"]
+    at_capacity = data["capacity_check"]["commands"][0]["argv"]
+    for check in (chosen, at_capacity):
+        assert check[check.index("--input-file") + 1] == str(out)
+        assert check[check.index("--custom-dataset-type") + 1] == "mooncake_trace"
+    assert chosen[chosen.index("--request-rate") + 1] == "6"
+    assert at_capacity[at_capacity.index("--request-rate") + 1] == "9.5"
+    assert "chosen load" in data["aiperf"]["title"]
+    assert "capacity" in data["capacity_check"]["title"]
+
+    # without --load the first check is at the workload's own rate
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    own = data["aiperf"]["commands"][0]["argv"]
+    assert own[own.index("--request-rate") + 1] == "4"
+    assert main([*argv, "--load", "-1"]) == 2
+    assert "--load: got -1.0; allowed: a number > 0" in capsys.readouterr().err

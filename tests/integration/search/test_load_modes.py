@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,7 @@ def _same(stored: dict[str, float], metrics: Any) -> None:
     for key, value in fresh.items():
         if key in ("wall_s", "speedup"):
             continue
-        assert stored[key] == value or (value != value and stored[key] != stored[key]), key
+        assert stored[key] == value or (math.isnan(value) and math.isnan(stored[key])), key
 
 
 def test_sweep_points_equal_separate_simulations(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from search.cli import main
+from search.store.open import open_storage, study_names
 from tests.unit.search import fakes
 
 pytestmark = pytest.mark.ray
@@ -89,7 +90,7 @@ def test_address_where_nothing_listens_fails_fast(
 def test_auto_without_a_cluster_says_how_to_start_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import ray._private.services as services
+    from ray._private import services
 
     # Hide any Ray runtime of this machine (other tests, other users) from `auto`.
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
@@ -109,14 +110,20 @@ def test_resume_with_a_stored_bad_address(
     storage = str(tmp_path / "s.journal")
     first = one_line_error(capsys, ["tune", str(f), "--no-progress"])
     assert f"got '{stored}'" in first
+    # a study that never ran a trial is not left behind to refuse its name (issue 20)
+    assert "t" not in study_names(open_storage(storage))
+    assert main(["tune", str(f), "--executor", "local", "--n-trials", "1", "--no-progress"]) == 0
+    assert "1 trials" in capsys.readouterr().out
     # resume re-uses the stored address: the same one line, not a hang or a traceback
-    again = one_line_error(capsys, ["resume", "t", "--storage", storage, "--no-progress"])
+    ray_again = ["resume", "t", "--storage", storage, "--executor", "ray", "--n-trials", "3"]
+    again = one_line_error(capsys, ray_again)
     assert again == first.replace("dynosim tune", "dynosim resume")
+    assert "t" in study_names(open_storage(storage))  # resume never drops a study
     # the flag wins over the stored address
     other = dead_address()
-    flag = ["resume", "t", "--storage", storage, "--ray-address", other, "--no-progress"]
+    flag = ["resume", "t", "--storage", storage, "--ray-address", other, "--n-trials", "3"]
     assert f"got '{other}'" in one_line_error(capsys, flag)
     # and a local executor finishes the study
-    local = ["resume", "t", "--storage", storage, "--executor", "local", "--no-progress"]
+    local = ["resume", "t", "--storage", storage, "--executor", "local", "--n-trials", "3"]
     assert main(local) == 0
     assert "3 trials" in capsys.readouterr().out

@@ -136,3 +136,26 @@ def test_cross_check_aiconfigurator(model: str, tp: int, dtype: str, backend: st
     assert pool.kv_bytes_per_token == ref["kv_size_per_token_bytes"]
     # We reserve less runtime memory than AIC's conservative 3.5 GiB.
     assert pool.kv_tokens == pytest.approx(ref["total_kv_size_tokens"], rel=0.15)
+
+
+def test_each_backend_sizes_its_pool_by_its_own_formula() -> None:
+    """Llama-3.1-8B bf16 on one H100 (80 GiB), fraction 0.9, 8192-token chunks, hand-computed.
+
+    weights W = 16,060,522,496 B; activations A = 2 x 8192 x (32 x 128) x 10 = 671,088,640 B
+    (tp 1 coefficient 10); runtime R = 1 GiB (one GPU: no NCCL); 131,072 B of KV per token.
+    vLLM (gpu_worker.determine_available_memory): 0.9 x 80 GiB - W - A - R;
+    SGLang (model_runner.profile_max_num_token): 0.9 x (80 GiB - R) - W;
+    TRT-LLM (KvCacheCreator._cal_max_memory): 0.9 x (80 GiB - W - A - R).
+    """
+    w, a, r, total = 16_060_522_496, 671_088_640, GIB, 80 * GIB
+    want = {
+        "vllm": int(total * 0.9) - w - a - r,  # 77,309,411,328 - W - A - R
+        "sglang": int((total - r) * 0.9) - w,  # 0.9 x 84,825,604,096 - W
+        "trtllm": int((total - w - a - r) * 0.9),  # 0.9 x 68,093,992,960
+    }
+    assert want == {"vllm": 59_504_058_368, "sglang": 60_282_521_190, "trtllm": 61_284_593_664}
+    for backend, budget in want.items():
+        pool = kv_pool(cfg(backend=backend))
+        assert (pool.weights_bytes_per_gpu, pool.activation_bytes) == (w, a)
+        assert pool.kv_budget_bytes == budget
+        assert pool.total_kv_blocks == budget // (131_072 * 64)

@@ -110,3 +110,27 @@ def study_dict(tmp_path: Path, **fields: Any) -> dict[str, Any]:
 
 def study(tmp_path: Path, **fields: Any) -> Any:
     return parse_study(study_dict(tmp_path, **fields), base_dir=tmp_path)
+
+
+def simulate_total(
+    config: DeploymentConfig,
+    requests: Sequence[Request],
+    *,
+    seed: int = 0,
+    warmup_requests: int = 0,
+) -> FakeMetrics:
+    """:func:`simulate` plus the deployment's total throughput (per GPU x its GPUs)."""
+    m = simulate(config, requests, seed=seed, warmup_requests=warmup_requests).flat()
+    m["output_token_throughput"] = m["output_token_throughput_per_gpu"] * config.tp * config.workers
+    return FakeMetrics(m)
+
+
+BUDGET_SPACE: dict[str, Any] = {
+    "knobs": {
+        "tp": {"type": "choice", "values": [1, 2, 4, 8]},
+        "workers": {"type": "int", "low": 1, "high": 16},
+        "engine.max_num_seqs": {"type": "choice", "values": [16, 64, 256]},
+        "engine.enable_prefix_caching": {"type": "choice", "values": [True, False]},
+    }
+}
+"""384 points, 90 within an 8-GPU budget (tp x workers <= 8): 77% are refused unsimulated."""

@@ -292,7 +292,7 @@ def test_repeats_of_a_running_config_do_not_spin_the_driver(tmp_path: Path) -> N
     previous = signal.signal(signal.SIGALRM, too_slow)
     signal.alarm(30)
     try:
-        state = run(sf, evaluator=lambda ctx, reqs: TwoSlots(ctx, reqs))
+        state = run(sf, evaluator=TwoSlots)
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)

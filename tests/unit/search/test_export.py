@@ -271,7 +271,9 @@ def test_trtllm_command_and_yaml(caching: bool, dtype: str) -> None:
     assert ex.trtllm_yaml_path == "out/trtllm-demo-trial4.yaml"
     for cmd in ex.engine.commands:
         a = parse(trtllm_parser(), cmd, 1)
-        assert (a.model, a.backend, a.tensor_parallel_size) == (MODEL, "pytorch", 2)
+        # an fp8 trial serves its FP8 checkpoint (issue 20: not the BF16 model it names)
+        served = MODEL if dtype == "bf16" else "checkpoints/Llama-3.1-8B-Instruct-FP8"
+        assert (a.model, a.backend, a.tensor_parallel_size) == (served, "pytorch", 2)
         assert (a.max_batch_size, a.max_num_tokens, a.free_gpu_memory_fraction) == (128, 4096, 0.85)
         assert a.extra_llm_api_options == ex.trtllm_yaml_path
         assert a.enable_chunked_prefill is True
@@ -316,7 +318,8 @@ def test_single_worker_has_no_router() -> None:
 
 
 def _aiperf(ex: Export) -> argparse.Namespace:
-    return parse(aiperf_parser(), ex.aiperf.commands[0], 1)
+    """The check at the trial's load_level (a capacity study's: the check at capacity)."""
+    return parse(aiperf_parser(), (ex.capacity_check or ex.aiperf).commands[0], 1)
 
 
 def test_aiperf_trace_replay_at_load_level() -> None:
@@ -333,7 +336,12 @@ def test_aiperf_trace_replay_at_load_level() -> None:
     assert a.streaming
     assert a.url == ["localhost:8000"]
     assert a.goodput == {"time_to_first_token": 2000.0, "inter_token_latency": 50.0}
-    assert "speedup = 3.5" in ex.aiperf.title
+    assert ex.capacity_check is not None
+    assert "speedup = 3.5" in ex.capacity_check.title
+    # the first check is at the study's own load (issue 20: not only at the capacity)
+    own = parse(aiperf_parser(), ex.aiperf.commands[0], 1)
+    assert (own.synthesis_speedup_ratio, own.request_count) == (2.0, 500)
+    assert "as written" in ex.aiperf.title
     fixed = _aiperf(run(config(), {"workload": {"trace": TRACE, "speedup": 2.0}}))
     assert fixed.synthesis_speedup_ratio == 2.0
     plain = _aiperf(run(config(), {"workload": {"trace": TRACE}}))
@@ -343,7 +351,7 @@ def test_aiperf_trace_replay_at_load_level() -> None:
 def test_aiperf_azure_trace_needs_conversion_note() -> None:
     ex = run(config(), {"workload": {"trace": "/t/azure.csv"}})
     assert _aiperf(ex).input_file == "/t/azure.jsonl"
-    assert any("convert /t/azure.csv" in n for n in ex.aiperf.notes)
+    assert any("--aiperf-trace /t/azure.jsonl" in n for n in ex.aiperf.notes)
 
 
 def test_aiperf_closed_loop_synthetic() -> None:
@@ -412,8 +420,9 @@ def test_infeasible_trial_still_exports() -> None:
 def test_text_and_json_forms_agree() -> None:
     ex = run(config(backend="trtllm", workers=2), {"workload": {"trace": TRACE}})
     d = ex.to_dict()
-    assert set(d) == {"header", "feasible", "engine", "router", "pools", "planner", "trtllm_yaml",
-                      "trtllm_yaml_path", "pool_yamls", "aiperf", "files"}  # fmt: skip
+    assert set(d) == {"header", "feasible", "checkpoint", "engine", "router", "pools", "planner",
+                      "trtllm_yaml", "trtllm_yaml_path", "pool_yamls", "aiperf",
+                      "capacity_check", "files"}  # fmt: skip
     text = ex.to_text()
     for part in ("engine", "router", "aiperf"):
         for c in d[part]["commands"]:

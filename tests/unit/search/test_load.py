@@ -148,8 +148,8 @@ def test_right_sizing_never_exceeds_the_budget(tmp_path: Path) -> None:
             {"metric": "gpus", "direction": "minimize"},
             {"metric": "output_token_throughput_per_user", "direction": "maximize"},
         ],
-        optimizer={"name": "random"},
-        budget={"max_trials": 40, "tol": 0.0, "patience": 100},
+        optimizer={"name": "grid"},  # the grid proposes every point (random resamples them)
+        budget={"max_trials": 64, "tol": 0.0, "patience": 100},
     )
     run_study(sf, fakes.tiny_requests(), simulate_fn=fakes.simulate)
     ts = _trials(sf)
@@ -174,3 +174,43 @@ def test_capacity_hint_is_the_median_of_the_most_similar() -> None:
     assert capacity_hint({"tp": 1, "router": "kv_aware", "seqs": 128}, measured) == 4.5
     assert capacity_hint({"tp": 2, "router": "round_robin", "seqs": 64}, measured) == 1.0
     assert capacity_hint({"tp": 4}, []) is None
+
+
+def test_a_sweep_reports_one_front_and_best_per_level(tmp_path: Path) -> None:
+    """Load is the user's situation: one front and one best per level, then the load table."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from search.results.outcome import outcome_blocks
+    from search.store.open import load_study
+
+    (tmp_path / "chat.yaml").write_text(CHAT)
+    sf = fakes.study(
+        tmp_path,
+        workload={"file": "chat.yaml"},
+        load={"mode": "sweep", "levels": [4, 8, 16]},
+        optimizer={"name": "random"},
+        budget={"max_trials": 12, "tol": 0.0, "patience": 100},
+    )
+    run_study(sf, fakes.tiny_requests(), simulate_fn=fakes.simulate)
+    study = load_study(sf.storage, sf.name)
+    blocks = outcome_blocks(study)
+    tables = [b for b, plain in blocks if not plain]
+    lines = [b for b, plain in blocks if plain]
+    assert [t.title.split(":")[0] for t in tables[:3]] == [
+        f"Pareto front of t at load level {v}" for v in (4, 8, 16)
+    ]
+    assert all(isinstance(t, Table) for t in tables)
+    best = [line for line in lines if line.startswith("best at load level")]
+    assert [line.split(":")[0] for line in best] == [f"best at load level {v}" for v in (4, 8, 16)]
+    assert all(LEVEL_KNOB not in line for line in best)  # the level is no knob to choose
+    by_load = tables[-1]
+    assert by_load.title.startswith("How the best configuration of t changes with load")
+    assert by_load.row_count == 3
+    console = Console(width=250, record=True)
+    console.print(by_load)
+    assert "c=4 " in console.export_text()  # judged at 4 clients, said so
+    from search.results.pages.study import pareto_figures
+
+    titles = [f.layout.title.text for f in pareto_figures(study)]
+    assert [t.split(":")[0] for t in titles] == [f"t at load level {v}" for v in (4, 8, 16)]

@@ -168,3 +168,27 @@ def test_sqlite_locked_without_retries_fails(
             record.set_attr("note", "x")
     finally:
         locker.join()
+
+
+def test_a_write_past_the_file_size_limit_is_rolled_back(tmp_path: Path) -> None:
+    """A real short write (RLIMIT_FSIZE -> EFBIG, like ENOSPC) leaves the journal as it was."""
+    import resource
+    import signal
+
+    url = tune(tmp_path, n=2)
+    path = Path(url)
+    good = path.read_bytes()
+    storage = open_storage(url)
+    study_id = storage.get_study_id_from_name("t")
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (len(good) + 40, limits[1]))
+    try:
+        with pytest.raises(OSError, match="File too large"):
+            storage.set_study_user_attr(study_id, "big", "x" * 1000)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, previous)
+    assert path.read_bytes() == good  # the 40 bytes that fitted were taken back
+    assert "big" not in open_storage(url).get_study_user_attrs(study_id)
+    assert n_complete(url) == 2

@@ -109,3 +109,25 @@ def test_bad_yaml(tmp_path: Path) -> None:
 def test_shipped_studies_parse(path: Path) -> None:
     sf = load_study_file(path)
     assert sf.problem.space.names
+
+
+def test_storage_in_the_file_is_relative_to_the_file_a_flag_to_the_working_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sub = tmp_path / "studies"
+    sub.mkdir()
+    data = fakes.study_dict(tmp_path)
+    data["storage"] = "../runs/s.journal"
+    f = sub / "study.yaml"
+    f.write_text(yaml.safe_dump(data, sort_keys=False))
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert load_study_file(f).storage == str(tmp_path / "runs/s.journal")
+    assert load_study_file(f, {"storage": "x.journal"}).storage == str(elsewhere / "x.journal")
+    data["storage"] = "sqlite:///db/s.db"
+    f.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert load_study_file(f).storage == f"sqlite:///{sub / 'db/s.db'}"
+    data["storage"] = "postgresql+psycopg2://u@h/db"
+    f.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert load_study_file(f).storage == "postgresql+psycopg2://u@h/db"

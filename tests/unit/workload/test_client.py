@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -154,3 +155,40 @@ def test_a_client_workload_is_a_concurrency_axis_for_studies() -> None:
     # InferenceX at 16 clients: 160 measured requests after 32 warm-ups
     assert (len(reqs), speedup) == (192, 1.0)
     assert axis.warmup_at(16, 999) == 32
+
+
+def test_send_gaps_change_a_two_client_schedule_by_the_stated_jitter_only() -> None:
+    """2 ms +- 1 ms between a completion and the next send: lengths and order stay the same."""
+    base = BenchmarkClient(name="vllm-bench", concurrency=2, isl=100, osl=3, requests=6, seed=7)
+    drift = replace(base, send_overhead_s=0.002, send_jitter_s=0.001)
+    plain, jittered = client_requests(base), client_requests(drift)
+    gaps = [r.arrival_s if r.after_id is None else r.delay_s for r in jittered]
+    assert all(0.001 <= g <= 0.003 for g in gaps)
+    assert len(set(gaps)) == len(gaps)  # every request draws its own gap
+    for p, j, g in zip(plain, jittered, gaps, strict=True):  # nothing else moves
+        assert replace(j, arrival_s=p.arrival_s, delay_s=p.delay_s) == p
+        assert (j.arrival_s if j.after_id is None else j.delay_s) == g
+    assert client_requests(drift) == jittered  # seeded: the same gaps again
+    # No jitter: every gap is the overhead itself, with no draw.
+    fixed = client_requests(replace(base, send_overhead_s=0.002))
+    assert [r.arrival_s for r in fixed[:2]] + [r.delay_s for r in fixed[2:]] == [0.002] * 6
+
+    # On the linear engine the two clients no longer start in lockstep: each request is sent
+    # its own gap after its client's previous one completes (after its start, for the first).
+    cfg = DeploymentConfig.from_dict({"model": "x", "gpu": "h200_sxm", "workers": 1})
+    perf = DeploymentPerf(LinearStepTime(), 10_000, gpu_hour_usd=1.0)
+    rec = Simulation(cfg, jittered, perf=perf).run().records
+    us = [round(g * 1e6) for g in gaps]
+    assert rec.arrival_us[:2].tolist() == us[:2]
+    for k in range(2, 6):
+        assert rec.arrival_us[k] == rec.finish_us[k - 2] + us[k]
+    assert rec.arrival_us[0] != rec.arrival_us[1]
+
+
+def test_a_send_gap_must_be_a_small_non_negative_time() -> None:
+    with pytest.raises(ConfigError, match=r"client.send_jitter_s: got 0.5; allowed: at most"):
+        BenchmarkClient(name="aiperf", concurrency=2, isl=1, osl=1, requests=2,
+                        send_overhead_s=0.1, send_jitter_s=0.5)  # fmt: skip
+    with pytest.raises(ConfigError, match=r"client.send_overhead_s: got -1"):
+        BenchmarkClient(name="aiperf", concurrency=2, isl=1, osl=1, requests=2,
+                        send_overhead_s=-1)  # fmt: skip
