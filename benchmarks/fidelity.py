@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing
 import re
 import statistics
@@ -166,7 +167,7 @@ def _stats(pairs: Iterable[tuple[Measurement, Outcome]]) -> dict[str, Any]:
             for m, o in items
             if (m.ttft_ms if metric == "ttft" else m.tpot_ms) > 0
         ]
-        errs = [r - 1.0 for r in ratios if r == r]
+        errs = [r - 1.0 for r in ratios if not math.isnan(r)]
         out[f"{metric}_mape"] = 100 * statistics.fmean(map(abs, errs)) if errs else None
         out[f"{metric}_medae"] = 100 * statistics.median(map(abs, errs)) if errs else None
         out[f"{metric}_bias"] = 100 * statistics.fmean(errs) if errs else None
