@@ -192,8 +192,10 @@ def theta_calibration(theta: F64) -> tuple[StepCalibration, HostCalibration]:
         base_us=round(float(theta[0]), 2),
         per_request_us=round(float(theta[1]), 3),
         per_token_us=round(float(theta[2]), 4),
-        prefill=round(float(theta[3] + theta[4]), 4),
-        decode=round(float(theta[4]), 4),
+        # a profile's kernel factors are at least 0.01 (the loader's range): a fit that drives
+        # one to 0 has moved the kernel time into the overheads, and is written at the floor
+        prefill=max(round(float(theta[3] + theta[4]), 4), 0.01),
+        decode=max(round(float(theta[4]), 4), 0.01),
     )
     host = HostCalibration(
         request_us=round(float(theta[5]), 1), input_token_us=round(float(theta[6]), 3)

@@ -28,6 +28,7 @@ from dynosim.validation.calibrate import (
     predict,
     row_steps,
 )
+from dynosim.validation.calibrate import step_calibration as step_of
 from dynosim.validation.measurement import Measurement
 
 # theta: base_us, per_request_us, per_token_us, prefill - decode, decode, request_us, input_us
@@ -146,3 +147,12 @@ def test_an_unknown_generation_in_a_profile_is_one_line(tmp_path: Path) -> None:
     path.write_text("version: 1\nbackends:\n  vllm:\n    generations:\n      volta: {base_us: 1}\n")
     with pytest.raises(ConfigError, match=r"generations with fields hopper, blackwell"):
         load_profile(path)
+
+
+def test_a_kernel_factor_fitted_to_zero_is_written_at_the_profile_floor(tmp_path: Path) -> None:
+    step = step_of(np.array([5000.0, 90.0, 29.0, 0.0, 0.0]))
+    assert (step.prefill, step.decode, step.base_us) == (0.01, 0.01, 5000.0)
+    path = tmp_path / "p.yaml"
+    CalibrationProfile(backends={"sglang": BackendCalibration(
+        generations={"blackwell": step})}).write(path)  # fmt: skip
+    assert load_profile(path).backend("sglang").step_for("b200_sxm") == step
