@@ -239,10 +239,12 @@ def test_each_big_enough_file_gets_its_own_host_delays(monkeypatch: pytest.Monke
 
 
 def test_one_configuration_has_no_held_out_figures_and_odd_factors_are_named(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 20: held-out errors need a configuration to leave out; factors far from 1 warn."""
     from search.cli.simulator.calibrate import factor_warnings
+
+    monkeypatch.setenv("COLUMNS", "200")  # the table whole, whatever the terminal
 
     csv = tmp_path / "m.csv"
     lines = ["model,gpu,backend,tp,isl,osl,concurrency,ttft_ms,tpot_ms"]
@@ -255,7 +257,7 @@ def test_one_configuration_has_no_held_out_figures_and_odd_factors_are_named(
     out = tmp_path / "profile.yaml"
     assert main(["calibrate", str(csv), "--out", str(out), "--rounds", "2", "--no-factors",
                  "--no-verify", "--json", str(tmp_path / "f.json")]) == 0  # fmt: skip
-    printed = capsys.readouterr().out
+    printed = " ".join(capsys.readouterr().out.split())
     assert "one configuration (model, gpu, backend, tp) only: no held-out figures" in printed
     assert "n/a (1 config)" in printed
     import json
