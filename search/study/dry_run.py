@@ -46,15 +46,9 @@ def check_runnable(problem: Problem, at: str = "", *, catalog: bool = True) -> N
     reasons: dict[str, int] = {}
     known: dict[tuple[str, ...], str | None] = {}  # catalog verdicts, by what they depend on
     for params in points:
-        try:
-            config = problem.to_config(params)
-        except DynosimError as exc:
-            why = str(exc).removeprefix("invalid config: ")
-        else:
-            verdict = _catalog_verdict(config, known) if catalog else None
-            if verdict is None:
-                return
-            why = verdict
+        why = _why_not(problem, params, known, catalog=catalog)
+        if why is None:
+            return
         reasons[why] = reasons.get(why, 0) + 1
     seen = sorted(reasons.items(), key=lambda kv: -kv[1])
     listed = "; ".join(f"{why} ({n}x)" for why, n in seen[:3])
@@ -63,6 +57,21 @@ def check_runnable(problem: Problem, at: str = "", *, catalog: bool = True) -> N
         f"{at}space: none of {len(points)} configurations built from the space can run "
         f"(checked before any simulation): {listed}{more}"
     )
+
+
+def _why_not(
+    problem: Problem,
+    params: Params,
+    known: dict[tuple[str, ...], str | None],
+    *,
+    catalog: bool,
+) -> str | None:
+    """Why the point ``params`` cannot run (built, then checked as the simulator would), or None."""
+    try:
+        config = problem.to_config(params)
+    except DynosimError as exc:
+        return str(exc).removeprefix("invalid config: ")
+    return _catalog_verdict(config, known) if catalog else None
 
 
 def _catalog_verdict(
@@ -113,12 +122,7 @@ def unrunnable_values(problem: Problem, *, catalog: bool = True, limit: int = 3)
     seen: dict[tuple[str, str], list[str | None]] = {}
     for _ in range(DRY_BUILD_SAMPLES):
         params = space.sample(rng)
-        try:
-            config = problem.to_config(params)
-        except DynosimError as exc:
-            why: str | None = str(exc).removeprefix("invalid config: ")
-        else:
-            why = _catalog_verdict(config, known) if catalog else None
+        why = _why_not(problem, params, known, catalog=catalog)
         if why is not None and "exceeds the GPU budget" in why:
             continue
         for name, value in params.items():

@@ -36,6 +36,7 @@ from tests.fuzz.test_fuzz_inputs import (
     outcome,
     write,
 )
+from tests.unit.test_bad_input_23 import DEEPSEEK, LLAMA  # the same two configs
 
 CONTEXT = {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h200_sxm", "backend": "vllm",
            "tp": 1}  # fmt: skip
@@ -144,18 +145,6 @@ def test_measurements_random_bytes(content: bytes) -> None:
 
 
 # ------------------------------------------------------------------------------ HF configs
-LLAMA: dict[str, Any] = {
-    "architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
-    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
-    "vocab_size": 128256,
-}  # fmt: skip
-DEEPSEEK: dict[str, Any] = {
-    "architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168, "intermediate_size": 18432,
-    "moe_intermediate_size": 2048, "num_attention_heads": 128, "num_key_value_heads": 128,
-    "num_hidden_layers": 61, "first_k_dense_replace": 3, "n_routed_experts": 256,
-    "n_shared_experts": 1, "num_experts_per_tok": 8, "kv_lora_rank": 512, "q_lora_rank": 1536,
-    "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128, "vocab_size": 129280,
-}  # fmt: skip
 HF_NUMBERS = st.one_of(INTERESTING_NUMBERS, st.integers(-5, 10**6), st.just(int("9" * 1000)))
 
 
