@@ -1,12 +1,12 @@
-"""KV-aware vs round-robin routing on a 1,024-GPU fleet, and how many replicas one router should see.
+"""KV-aware vs round-robin routing on a 1,024-GPU fleet; how many replicas one router should see.
 
 The fleet: 1,024 x Llama-3.1-8B-Instruct on H200 (TP1, vLLM, prefix caching on, the engine
-defaults of ``experiments/2026-12-kv-routing``). The traffic: ``--tenants`` independent copies of
-the Mooncake conversation trace played at ``--speed`` (each copy a tenant with its own prompts: its hash ids offset so
-that no two tenants share a cached block, and its hour rotated by a seeded random phase so that
-their bursts do not line up), cut to the first ``--window`` seconds. The number of tenants is
-chosen so that the fleet sees ``--rate-per-worker`` requests per second per GPU on average; the
-bursts of the trace come through, since each tenant keeps its own arrival pattern.
+defaults of ``experiments/2026-12-kv-routing``). The traffic: independent copies of the Mooncake
+conversation trace played at ``--speed`` (each copy a tenant with its own prompts: its hash ids
+offset so that no two tenants share a cached block, and its hour rotated by a seeded random
+phase so that their bursts do not line up), cut to the first ``--window`` seconds. The number
+of tenants is chosen so that the fleet sees ``--rate-per-worker`` requests per second per GPU
+on average; the bursts of the trace come through, since each tenant keeps its own arrivals.
 
 A front load balancer deals the requests round-robin to ``1024 / R`` routers, each routing to
 its own ``R`` replicas (a shard); ``R = 1024`` is one router for the whole fleet. Shards do not
@@ -19,7 +19,7 @@ Writes ``results.csv`` (one row per router and shard size) and ``fleet.png`` (hi
 TTFT p90 vs replicas per router) next to this file, and prints the table as Markdown::
 
     .venv/bin/python experiments/2026-12-fleet-scale/run.py                 # the full experiment
-    .venv/bin/python experiments/2026-12-fleet-scale/run.py --gpus 64 --window 60 \\
+    .venv/bin/python experiments/2026-12-fleet-scale/run.py --gpus 64 --window 60
         --shards 8,64 --out /tmp/fleet                                       # a smoke run, ~20 s
 """
 
@@ -61,9 +61,23 @@ BASE = DeploymentConfig.from_dict(
     }
 )
 FIELDS = (
-    "router", "replicas_per_router", "routers", "gpus", "requests", "measured", "completed",
-    "rate_rps", "prefix_hit_rate", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "itl_p90_ms",
-    "preemptions", "cpu_s", "cpu_ms_per_request", "peak_rss_mib",
+    "router",
+    "replicas_per_router",
+    "routers",
+    "gpus",
+    "requests",
+    "measured",
+    "completed",
+    "rate_rps",
+    "prefix_hit_rate",
+    "ttft_p50_ms",
+    "ttft_p90_ms",
+    "ttft_p99_ms",
+    "itl_p90_ms",
+    "preemptions",
+    "cpu_s",
+    "cpu_ms_per_request",
+    "peak_rss_mib",
 )
 
 
@@ -152,8 +166,9 @@ def plot(rows: Sequence[dict[str, float | int | str]], out: Path) -> None:
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     for router in sorted({str(r["router"]) for r in rows}):
-        mine = sorted((r for r in rows if r["router"] == router),
-                      key=lambda r: int(r["replicas_per_router"]))
+        mine = sorted(
+            (r for r in rows if r["router"] == router), key=lambda r: int(r["replicas_per_router"])
+        )
         x = [int(r["replicas_per_router"]) for r in mine]
         a.plot(x, [float(r["prefix_hit_rate"]) for r in mine], "o-", label=router)
         b.plot(x, [float(r["ttft_p90_ms"]) for r in mine], "o-", label=router)
@@ -187,9 +202,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     tenants = max(1, round(args.rate_per_worker * args.gpus / (rate_1x * args.speed)))
     t0 = time.perf_counter()
     requests = fleet_trace(tenants, args.window, args.speed, args.seed)
-    print(f"{tenants} tenants, {len(requests):,} requests in {args.window:g} s "
-          f"({len(requests) / args.window:.0f} req/s), built in {time.perf_counter() - t0:.1f} s",
-          flush=True)
+    print(
+        f"{tenants} tenants, {len(requests):,} requests in {args.window:g} s "
+        f"({len(requests) / args.window:.0f} req/s), built in {time.perf_counter() - t0:.1f} s",
+        flush=True,
+    )
     rows = []
     for router in args.routers.split(","):
         for per in (int(s) for s in args.shards.split(",")):
