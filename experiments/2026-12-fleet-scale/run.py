@@ -33,6 +33,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -42,6 +43,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from dynosim import DeploymentConfig, Request, Simulation  # noqa: E402
+from dynosim.config import RouterName  # noqa: E402
 from dynosim.metrics import RequestRecords  # noqa: E402
 from dynosim.workload import load_trace  # noqa: E402
 
@@ -112,7 +114,7 @@ def run_case(
 ) -> dict[str, float | int | str]:
     """Simulate the fleet as ``gpus / per_router`` independent shards; pooled figures."""
     n = gpus // per_router
-    config = replace(BASE, router=router, workers=per_router)
+    config = replace(BASE, router=cast("RouterName", router), workers=per_router)
     ttft: list[np.ndarray] = []
     itl: list[np.ndarray] = []
     cached = prompt = completed = measured = preempt = 0
