@@ -14,6 +14,10 @@ from typing import Any
 
 from dynosim.errors import ConfigError
 
+MAX_SEED = 2**32 - 1
+"""Largest seed of a simulation or a study (NumPy's legacy seeding, which some samplers use,
+takes 32 bits); here so that ``dynosim simulate`` checks it without importing the study file."""
+
 
 def bound_text(
     kind: str,

@@ -26,6 +26,7 @@ import heapq
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import simpy
 from simpy.events import NORMAL, URGENT
@@ -36,6 +37,10 @@ from dynosim.engine.state import RunningRequest
 from dynosim.perf.protocol import StepTimeModel
 from dynosim.timer import Timer
 from dynosim.types import HASH_BLOCK_TOKENS
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 FinishCallback = Callable[[RunningRequest, int], None]
 TokensCallback = Callable[["EngineWorker", Sequence[int], int, int], None]
@@ -116,7 +121,8 @@ class EngineWorker:
         self._version = 0
         self._step_prefill: list[tuple[RunningRequest, int]] = []
         self._seg_steps = 1
-        self._seg_ends: list[int] = [0]  # when each step of the segment ends
+        self._seg_durs: npt.NDArray[np.int64] | None = None  # each step's duration
+        self._seg_ends: list[int] | None = [0]  # when each step ends (None: not built yet)
         self._seg_applied = 1
         self._seg_demand = 0
         self._seg_top = 0
@@ -162,7 +168,7 @@ class EngineWorker:
     def sync(self, now_us: int) -> None:
         """Bring the KV state up to ``now_us`` inside a fast-forwarded segment."""
         if now_us >= self._sync_at:  # a segment step has started since the last allocation
-            started = bisect_right(self._seg_ends, now_us) + 1
+            started = bisect_right(self._ends(), now_us) + 1
             self._apply_allocations(min(started, self._seg_steps))
 
     # ----------------------------------------------------------------------- input
@@ -203,7 +209,7 @@ class EngineWorker:
         if self.on_tokens is not None:
             firsts = sum(1 for rr, c in self._step_prefill if rr.computed + c == rr.target)
             n = self.n_decode if self._step_decodes else 0
-            self.on_tokens(self, self._seg_ends[:k] if k > 1 else [now], n, firsts)
+            self.on_tokens(self, self._ends()[:k] if k > 1 else [now], n, firsts)
         if self._step_decodes:
             self.decode_clock += k
             self.decode_steps += k
@@ -295,14 +301,26 @@ class EngineWorker:
                 k = bisect_right(range(k), cap, key=self._demand)  # demand is monotone
             if k > 1 and self.waiting:
                 k = self._admissible_after(k)
-        ends = self.timing.decode_run_us(n, kv_tokens, k).cumsum()
-        ends += now
-        self._seg_ends = ends_list = ends.tolist()  # bisect on a list beats numpy per call
+        # The step ends are built only when read (a sync or a cut inside the segment, a host
+        # told the tokens): most segments run to their end unread, and need only the sum.
+        durs = self.timing.decode_run_us(n, kv_tokens, k)
+        self._seg_durs = durs
+        self._seg_ends = None
         self._seg_steps = k
         self._seg_applied = 1
         self._seg_demand = 0
-        self._sync_at = ends_list[0] if k > 1 else _NEVER
-        self._schedule(ends_list[-1])
+        self._sync_at = now + int(durs[0]) if k > 1 else _NEVER
+        self._schedule(now + int(durs.sum()))
+
+    def _ends(self) -> list[int]:
+        """When each step of the current segment ends (built on first use)."""
+        ends = self._seg_ends
+        if ends is None:
+            assert self._seg_durs is not None
+            cum = self._seg_durs.cumsum()
+            cum += self._seg_start
+            ends = self._seg_ends = cum.tolist()  # bisect on a list beats numpy per call
+        return ends
 
     def _admissible_after(self, k: int) -> int:
         """Steps of a ``k``-step segment to run before the policy would admit a request.
@@ -337,12 +355,13 @@ class EngineWorker:
 
     def _cut(self, now: int) -> None:
         """End the segment at the first step boundary strictly after ``now``."""
-        j = bisect_right(self._seg_ends, now)
+        ends = self._ends()
+        j = bisect_right(ends, now)
         if j + 1 < self._seg_steps:
             self._seg_steps = j + 1
             if self._seg_applied > j:
                 self._sync_at = _NEVER
-            self._schedule(self._seg_ends[j])
+            self._schedule(ends[j])
 
     def _apply_allocations(self, started: int) -> None:
         """Allocate the new blocks of segment steps up to ``started`` (step 0 already is)."""
@@ -352,7 +371,7 @@ class EngineWorker:
             self._seg_demand = demand
             self._seg_applied = started
             k = self._seg_steps
-            self._sync_at = self._seg_ends[started - 1] if started < k else _NEVER
+            self._sync_at = self._ends()[started - 1] if started < k else _NEVER
 
     # ----------------------------------------------------------------- admission
     def _prefix_hit(self, rr: RunningRequest) -> int:

@@ -43,7 +43,7 @@ from typing import Any
 
 import yaml
 
-from dynosim.checks import choice, integer, text
+from dynosim.checks import MAX_SEED, choice, integer, text
 from dynosim.config import DeploymentConfig
 from dynosim.errors import ConfigError, DynosimError
 from dynosim.files import parse_yaml, read_text
@@ -91,8 +91,6 @@ _TOP = {
     "simulator", "load", "slo_margin", "slo",
 }  # fmt: skip
 MAX_GPU_BUDGET = 1_000_000
-MAX_SEED = 2**32 - 1
-"""Largest seed (NumPy's legacy seeding, which some samplers use, takes 32 bits)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

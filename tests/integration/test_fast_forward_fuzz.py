@@ -11,7 +11,8 @@ segment.
 Cluster cases add disaggregated pools (their own engines and sizes, slow and fast KV links,
 conditional disaggregation, every decode router) and planners (load and SLA policies, short
 intervals and cold starts, per-pool limits, a GPU ceiling): the same per-request records, the
-same scaling decisions (each pool's provisioned-GPU timeline) and the same KV bytes moved.
+same scaling decisions (each pool's provisioned-GPU timeline) and the same KV bytes moved. One
+disaggregated case runs the AIC step times on small KV pools.
 """
 
 from __future__ import annotations
@@ -222,3 +223,45 @@ def test_busy_time_is_the_sum_of_step_durations(ff: bool) -> None:
     res, busy = _run(cfg, reqs, 5000, ff)
     rec = res.records
     assert busy == [int((rec.finish_us - rec.arrival_us).sum())]
+
+
+def test_disaggregated_aic_step_times_under_kv_pressure() -> None:
+    # The AIC tables' step times (decode runs computed in place across KV-grid cells, a
+    # segment's step ends built only when a sync, a cut or a transfer's arrival reads them) on
+    # 2 prefill + 2 decode workers whose KV pools are small: prefix evictions, preemptions,
+    # and decode segments cut by KV transfers arriving in their middle.
+    from dynosim.perf.deployment import resolve_pools
+
+    cfg = DeploymentConfig.from_dict(
+        {
+            "model": "meta-llama/Meta-Llama-3.1-8B",
+            "gpu": "h200_sxm",
+            "backend": "vllm",
+            "timing": "aic",
+            "mode": "disagg",
+            "engine": {"max_num_seqs": 32, "max_num_batched_tokens": 2048, "block_size": 16},
+            "prefill": {"workers": 2},
+            "decode": {"workers": 2},
+            "router": "kv_aware",
+            "decode_router": "kv_load",
+            "kv_transfer": {"gbps": 10.0, "latency_us": 200},
+        }
+    )
+    timing = resolve_pools(cfg)["decode"].timing
+    perf = {
+        name: DeploymentPerf(timing, blocks, gpu_hour_usd=1.0, kv_bytes_per_token=131072)
+        for name, blocks in (("prefill", 400), ("decode", 700))
+    }
+    reqs = make_requests(300, rate_rps=40, seed=7, groups=4, input_range=(50, 3000),
+                         output_range=(1, 400))  # fmt: skip
+    runs = []
+    for ff in (True, False):
+        sim = Simulation(cfg, reqs, fast_forward=ff, perf=perf)
+        runs.append(sim.run())
+        assert_workers_empty(sim)
+    fast, slow = runs
+    assert fast.records.equal(slow.records)
+    assert fast.metrics.preemptions > 0  # the decode pool does run short of KV blocks
+    assert fast.metrics.completed_requests == len(reqs)
+    assert fast.steps == slow.steps
+    assert fast.events < slow.events  # segments ran fast-forwarded

@@ -125,18 +125,25 @@ class AicStepTime:
         top = len(self._kg_l) - 2
         return (j if j < top else top) if j > 0 else 0
 
-    def _decode_cell_us(self, n: int, j: int, kv: npt.NDArray[np.int64]) -> F64:
-        """Decode step times (before rounding) of ``n`` requests for KV lengths in cell ``j``.
+    def _decode_cell_us(self, n: int, j: int, x: F64) -> None:
+        """Decode step times (before rounding) of ``n`` requests, in place of the KV lengths ``x``.
 
-        The same IEEE-754 operations, in the same order, as :meth:`_decode_attn_scalar_us`
-        plus the attention-free time, element by element (scalars broadcast, no FMA).
+        ``x`` holds KV lengths of cell ``j``. The same IEEE-754 operations, in the same order,
+        as :meth:`_decode_attn_scalar_us` plus the attention-free time, element by element
+        (scalars broadcast, no FMA; ``a + d`` is ``d + a``, as IEEE addition commutes); in
+        place, since on arrays of a few hundred steps numpy's cost is per call and allocation.
         """
         i, wn, const = self._decode_row(n)
-        wk = (kv - self._kg_l[j]) / self._kw_l[j]
-        a = self._dec_l[i][j] + wk * self._ddec_l[i][j]
-        b = self._dec_l[i + 1][j] + wk * self._ddec_l[i + 1][j]
-        out: F64 = a + wn * (b - a) + const
-        return out
+        x -= self._kg_l[j]
+        x /= self._kw_l[j]  # wk
+        a = x * self._ddec_l[i][j]
+        a += self._dec_l[i][j]
+        x *= self._ddec_l[i + 1][j]
+        x += self._dec_l[i + 1][j]  # b
+        x -= a
+        x *= wn
+        x += a
+        x += const
 
     def _decode_run_scalar_us(self, n: int, kv: range) -> list[int]:
         """Rounded decode step times for the KV lengths ``kv`` (increasing), in Python floats.
@@ -204,19 +211,19 @@ class AicStepTime:
         kv = range(decode_kv_tokens, decode_kv_tokens + n_decode * n_steps, n_decode)
         if n_steps <= _SCALAR_RUN:
             return np.array(self._decode_run_scalar_us(n_decode, kv), dtype=np.int64)
-        kv_all = np.arange(kv.start, kv.stop, kv.step, dtype=np.int64)
+        total = np.arange(kv.start, kv.stop, kv.step, dtype=np.float64)  # exact below 2**53
         # Piecewise over the cells of the KV grid the run crosses (usually one or two).
         j, last = self._kv_cell(float(kv[0])), self._kv_cell(float(kv[-1]))
         if j == last:
-            total = self._decode_cell_us(n_decode, j, kv_all)
+            self._decode_cell_us(n_decode, j, total)
         else:
-            total = np.empty(n_steps)
             start = 0
             for cell in range(j, last + 1):
                 stop = n_steps if cell == last else bisect_left(kv, self._kg_l[cell + 1])
-                total[start:stop] = self._decode_cell_us(n_decode, cell, kv_all[start:stop])
+                self._decode_cell_us(n_decode, cell, total[start:stop])
                 start = stop
         # Truncation is floor for x >= 0, and both give 1 after the clamp for x < 0.
-        out = (total + 0.5).astype(np.int64)
+        total += 0.5
+        out = total.astype(np.int64)
         np.maximum(out, 1, out=out)
         return out

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dynosim.checks import integer
+from dynosim.checks import MAX_SEED, integer
 from dynosim.config import DeploymentConfig
 from dynosim.config.cluster import INTERVAL_WHY, MIN_INTERVAL_S
 from dynosim.errors import DynosimError
@@ -105,7 +105,6 @@ def check_samples(
 def run(args: argparse.Namespace) -> int:
     """Simulate and print a table; write JSON if asked."""
     from dynosim.perf.overhead import with_calibration
-    from search.study.study_file import MAX_SEED  # a study's seed bound: the same seeds
 
     integer("--seed", args.seed, 0, MAX_SEED)
     console = make_console()
