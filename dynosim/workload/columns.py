@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import gc
 import itertools
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,10 +20,26 @@ import numpy.typing as npt
 
 from dynosim.types import Request
 
-__all__ = ["RequestColumns", "RowColumns", "link"]
+__all__ = ["RequestColumns", "RowColumns", "gc_paused", "link"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while millions of acyclic objects are made.
+
+    Each collection of the oldest generation walks every live object; building a million
+    requests (each with a tuple of hash ids) triggers many, about doubling the time.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -52,18 +70,9 @@ class RequestColumns:
         return len(self.arrival_s)
 
     def requests(self) -> list[Request]:
-        """The requests as objects (what :class:`~dynosim.simulation.Simulation` takes).
-
-        The cyclic garbage collector is paused meanwhile: the objects hold no cycles, and its
-        passes over a heap growing by millions of objects would double the time.
-        """
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
+        """The requests as objects (what :class:`~dynosim.simulation.Simulation` takes)."""
+        with gc_paused():
             return self._requests()
-        finally:
-            if enabled:
-                gc.enable()
 
     def _requests(self) -> list[Request]:
         hashes = self.hashes.tolist()
