@@ -34,6 +34,7 @@ import numpy as np
 
 from dynosim.errors import WorkloadError
 from dynosim.types import Request
+from dynosim.workload.azure import read_azure_fast
 from dynosim.workload.columns import RequestColumns, RowColumns, link
 from dynosim.workload.limits import MAX_REQUESTS, MAX_TIME_S, MAX_TRACE_BYTES, REQUESTS_WHY
 from dynosim.workload.mooncake import CHUNK_BYTES, read_mooncake
@@ -162,7 +163,6 @@ def load_trace_columns(path: str | Path, *, clamp_zero_output: bool = False) -> 
 def _load(path: Path, clamp_zero_output: bool, stacklevel: int) -> RequestColumns:
     """:func:`load_trace_columns`; the clamping warning points ``stacklevel`` frames up."""
     reader = FieldReader(path, clamp_zero_output=clamp_zero_output)
-    rows = RowColumns()
     try:
         size = path.stat().st_size
         if size > MAX_TRACE_BYTES:
@@ -171,7 +171,7 @@ def _load(path: Path, clamp_zero_output: bool, stacklevel: int) -> RequestColumn
                 f"{MAX_TRACE_BYTES / 2**30:g} GiB"
             )
         with path.open(encoding="utf-8-sig") as file:
-            first = _read(reader, _chunks(file), rows)
+            first, rows = _read(reader, file)
     except WorkloadError:  # a ValueError too
         raise
     except UnicodeDecodeError:
@@ -189,12 +189,17 @@ def _load(path: Path, clamp_zero_output: bool, stacklevel: int) -> RequestColumn
     return link(rows)
 
 
-def _read(reader: FieldReader, chunks: Iterator[list[str]], rows: RowColumns) -> int:
-    """Detect the format from the first non-blank line and read every row into ``rows``.
+def _read(reader: FieldReader, file: TextIO, *, fast: bool = True) -> tuple[int, RowColumns]:
+    """Detect the format from the first non-blank line and read every row.
+
+    An Azure trace is read by :func:`~dynosim.workload.azure.read_azure_fast` if it can (with
+    ``fast``), else again from the start line by line.
 
     Returns:
-        The index of the first non-blank line (the CSV header's).
+        The index of the first non-blank line (the CSV header's) and the rows.
     """
+    rows = RowColumns()
+    chunks = _chunks(file)
     seen: list[str] = []  # the lines up to the first non-blank one
     for chunk in chunks:
         seen.extend(chunk)
@@ -206,7 +211,7 @@ def _read(reader: FieldReader, chunks: Iterator[list[str]], rows: RowColumns) ->
     head_line = seen[first].strip()
     if head_line.startswith("{"):
         read_mooncake(reader, itertools.chain([seen], chunks), rows)
-        return first
+        return first, rows
     try:
         header = [name.strip() for name in next(csv.reader([head_line]))]
     except csv.Error as exc:
@@ -220,9 +225,14 @@ def _read(reader: FieldReader, chunks: Iterator[list[str]], rows: RowColumns) ->
     azure = all(name in header for name in _AZURE_COLUMNS)
     if not azure and not all(name in header for name in _GENERIC_COLUMNS):
         raise reader.error(first + 1, f"unknown trace format; accepted: {ACCEPTED_FORMATS}")
+    if fast and header == list(_AZURE_COLUMNS):
+        if read_azure_fast(itertools.chain([seen[first + 1 :]], chunks), rows):
+            return first, rows
+        file.seek(0)
+        return _read(reader, file, fast=False)
     lines = itertools.chain(seen[first:], itertools.chain.from_iterable(chunks))
     _read_csv(reader, lines, header, azure, first, rows)
-    return first
+    return first, rows
 
 
 def load_trace(path: str | Path, *, clamp_zero_output: bool = False) -> list[Request]:

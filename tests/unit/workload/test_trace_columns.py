@@ -176,3 +176,69 @@ def test_a_minus_sign_without_its_digits_is_not_read_as_zero(tmp_path: Path, ids
     assert not _fast_chunk([line + "\n"], RowColumns())
     with pytest.raises(WorkloadError, match="invalid JSON"):
         load_trace(_write(tmp_path / "t.jsonl", [line]))
+
+
+# --- Azure CSV ---------------------------------------------------------------------------------
+
+AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"
+
+
+def _azure_rows(count: int, seed: int) -> list[str]:
+    """Random Azure rows: days apart or not, leap seconds, fractions of 0-9 digits, 'T'."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(count):
+        day = f"20{rng.randint(10, 30)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+        clock = f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 60):02d}"
+        digits = rng.randint(0, 9)
+        frac = "." + "".join(rng.choice("0123456789") for _ in range(digits)) if digits else ""
+        sep = rng.choice(" T")
+        rows.append(f"{day}{sep}{clock}{frac},{rng.randint(1, 9000)},{rng.randint(1, 900)}")
+    return rows
+
+
+def _line_by_line(monkeypatch: pytest.MonkeyPatch, path: Path) -> list[Request]:
+    with monkeypatch.context() as patch:
+        patch.setattr(traces_module, "read_azure_fast", lambda chunks, rows: False)
+        return load_trace(path)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_azure_fast_path_equals_line_by_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    monkeypatch.setattr(traces_module, "CHUNK_BYTES", 1024)
+    path = _write(tmp_path / "a.csv", [AZURE_HEADER, *_azure_rows(400, seed)])
+    fast = load_trace(path)
+    assert fast == _line_by_line(monkeypatch, path)
+    assert min(r.arrival_s for r in fast) == 0.0
+
+
+def test_azure_fast_path_reads_a_hand_computed_case(tmp_path: Path) -> None:
+    rows = ["2024-02-28 23:59:60.5,10,2", "2024-02-29T00:00:00,20,3", "2024-02-28 23:59:59.25,5,1"]
+    got = load_trace(_write(tmp_path / "a.csv", [AZURE_HEADER, *rows]))
+    # 23:59:60.5 is 86,400.5 s into the 28th, i.e. 0.5 s into the 29th (exact integer arithmetic)
+    assert [(r.arrival_s, r.input_tokens) for r in got] == [(0.0, 5), (0.75, 20), (1.25, 10)]
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ("2023-02-30 10:00:00.1,5,5", "TIMESTAMP '2023-02-30 10:00:00.1' is not"),
+        ("2023-01-01 24:00:00,5,5", "is not 'YYYY-MM-DD HH:MM:SS.fffffff'"),
+        ("0000-01-01 10:00:00,5,5", "is not 'YYYY-MM-DD HH:MM:SS.fffffff'"),
+        ("2023-01-01 10:00:00,0,5", "ContextTokens must be >= 1"),
+        ("2023-01-01 10:00:00,5,100000001", "GeneratedTokens must be <= 100,000,000"),
+        ("2060-01-01 10:00:00,5,5", "s after the trace's first"),
+    ],
+)
+def test_azure_rows_the_fast_path_refuses_get_the_line_by_line_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, row: str, message: str
+) -> None:
+    monkeypatch.setattr(traces_module, "CHUNK_BYTES", 64)
+    good = "2023-01-01 10:00:00.5,5,5"
+    path = _write(tmp_path / "a.csv", [AZURE_HEADER, good, good, good, row, good])
+    with pytest.raises(WorkloadError) as info:
+        load_trace(path)
+    assert str(info.value).startswith(f"{path}:5: ")
+    assert message in str(info.value)
