@@ -14,6 +14,7 @@ import numpy.typing as npt
 
 from dynosim.errors import ConfigError
 from dynosim.types import HASH_BLOCK_TOKENS, Request
+from dynosim.workload.columns import gc_paused
 from dynosim.workload.limits import MAX_BLOCK_IDS, MAX_TIME_S, MAX_TOKENS
 from dynosim.workload.spec import ArrivalSpec, LengthSpec, WorkloadSpec
 from dynosim.workload.traces import load_trace
@@ -81,6 +82,13 @@ def generate(
     Returns:
         ``spec.warmup_requests + spec.requests`` requests, ids 0..n-1, ``after_id < id``.
     """
+    with gc_paused():
+        return _generate(spec, rng, base_dir)
+
+
+def _generate(
+    spec: WorkloadSpec, rng: np.random.Generator | None, base_dir: str | Path | None
+) -> list[Request]:
     rng = np.random.default_rng(spec.seed) if rng is None else rng
     arrival_rng, input_rng, output_rng, prefix_rng = rng.spawn(4)
     folder = Path(base_dir) if base_dir is not None else None

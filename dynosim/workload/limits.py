@@ -55,7 +55,7 @@ MAX_TIME_S = 1e9
 TIME_WHY = f"a finite number of seconds in [0, {MAX_TIME_S:g}) (about 31.7 years)"
 
 MAX_TRACE_BYTES = 4 << 30
-"""Largest trace file read (it is read into memory whole)."""
+"""Largest trace file read (it is streamed, but its requests are held in memory)."""
 
 MAX_SAMPLES = 2_000_000
 """Most periodic observations (timeline samples, planner metric pulls) a run may project:
