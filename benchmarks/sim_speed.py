@@ -17,6 +17,12 @@ Five figures, all on 8 workers of the same deployment (``BASE``) or its disaggre
   (prefill and decode batches alternating, and with ``enable_mixed_chunk``) and TRT-LLM
   (``GUARANTEED_NO_EVICT`` and ``MAX_UTILIZATION``), all with vLLM's step times so that only
   the policy differs, fast-forward, plus the step-by-step reference on the first N requests;
+* workers: CPU time per simulated request against the cluster size (8 / 64 / 512 / 2,048
+  workers of ``BASE``) at the same load per worker: Poisson at 0.9 req/s per worker, prompts
+  of one of 64 shared 1,024-token prefixes plus lognormal(1,024, sigma 0.6) more tokens,
+  lognormal(256, 0.6) output tokens, ``--per-worker`` requests per worker (at least
+  ``--min-requests``, at most ``--max-requests``), every router, one run each
+  (``time.process_time`` of ``Simulation.run``: workload generation and set-up not counted);
 * whole process: ``dynosim simulate examples/llama8b_h200_vllm.yaml --trace <Mooncake>`` as a
   subprocess (pinned to one core with ``taskset -c 0`` when available), simulated seconds per
   process wall second, so start-up (imports, step-time tables, trace parsing) counts. One
@@ -25,7 +31,8 @@ Five figures, all on 8 workers of the same deployment (``BASE``) or its disaggre
   in an ordinary installation.
 
 Run: ``.venv/bin/python benchmarks/sim_speed.py [--repeat 5]
-[--only mooncake,rate,disagg,planner,schedulers,process]``.
+[--only mooncake,rate,disagg,planner,schedulers,process,workers]``
+(``workers`` is not in the default set; ``--workers 8,64`` picks the sizes).
 Step-time tables are built (or loaded from the disk cache) before timing starts.
 """
 
@@ -48,7 +55,15 @@ from dynosim import DeploymentConfig, Request, Simulation
 from dynosim.config import Backend
 from dynosim.perf.deployment import DeploymentPerf, resolve
 from dynosim.simulation import SimResult
-from dynosim.workload import ArrivalSpec, LengthSpec, WorkloadSpec, generate, head, load_trace
+from dynosim.workload import (
+    ArrivalSpec,
+    LengthSpec,
+    PrefixSpec,
+    WorkloadSpec,
+    generate,
+    head,
+    load_trace,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT.parent / "shared/data/traces/mooncake/conversation_trace.jsonl"
@@ -75,6 +90,22 @@ HIGH_RATE = WorkloadSpec(
     name="poisson-20rps",
 )
 
+SWEEP_ROUTERS = ("round_robin", "least_loaded", "kv_aware", "kv_load")
+
+
+def sweep_workload(workers: int, requests: int) -> WorkloadSpec:
+    """The ``workers`` case's traffic: 0.9 req/s per worker, 64 shared 1,024-token prefixes."""
+    return WorkloadSpec(
+        requests=requests,
+        arrival=ArrivalSpec(process="poisson", rate_rps=0.9 * workers),
+        input_tokens=LengthSpec(dist="lognormal", mean=1024, sigma=0.6),
+        output_tokens=LengthSpec(dist="lognormal", mean=256, sigma=0.6),
+        prefix=PrefixSpec(groups=64, tokens=1024),
+        seed=0,
+        name=f"fleet-{workers}",
+    )
+
+
 HEADER = (
     f"{'router':<12} {'mode':<14} {'requests':>8} {'wall s':>8} {'req/s':>9} "
     f"{'speed-up':>9} {'events':>8} {'steps':>9} {'hit rate':>8} {'TTFT p50':>9}"
@@ -95,6 +126,11 @@ def main() -> None:
     ap.add_argument(
         "--bytecode-cache", action="store_true", help="let the subprocess write __pycache__"
     )
+    ap.add_argument("--workers", default="8,64,512,2048", help="cluster sizes of 'workers'")
+    ap.add_argument("--per-worker", type=int, default=20, help="requests per worker")
+    ap.add_argument("--min-requests", type=int, default=2000, help="floor per run")
+    ap.add_argument("--max-requests", type=int, default=1_000_000, help="cap per run")
+    ap.add_argument("--routers", default=",".join(SWEEP_ROUTERS), help="routers of 'workers'")
     args = ap.parse_args()
     cases = set(args.only.split(","))
     perf = resolve(BASE)  # builds/loads the step-time tables once
@@ -111,6 +147,10 @@ def main() -> None:
         schedulers(args.trace, perf, args.repeat, args.reference_requests)
     if "process" in cases:
         whole_process(args.trace, args.repeat, bytecode_cache=args.bytecode_cache)
+    if "workers" in cases:
+        sizes = [int(x) for x in args.workers.split(",")]
+        bounds = (args.min_requests, args.max_requests)
+        worker_sweep(perf, sizes, args.per_worker, bounds, args.routers.split(","))
 
 
 def mooncake(trace: Path, perf: DeploymentPerf, repeat: int, reference: int) -> None:
@@ -211,6 +251,44 @@ def schedulers(trace: Path, perf: DeploymentPerf, repeat: int, reference: int) -
         slow = Simulation(cfg, ref, perf=perf, fast_forward=False).run()
         _row(name, "step-by-step", len(ref), slow)
         print(f"{'':<12} identical per-request records: {fast.records.equal(slow.records)}")
+
+
+def worker_sweep(
+    perf: DeploymentPerf,
+    sizes: Sequence[int],
+    per_worker: int,
+    bounds: tuple[int, int],
+    routers: Sequence[str],
+) -> None:
+    """CPU time per simulated request of each router as the cluster grows (same load per worker)."""
+    print(
+        f"\nworkers: Poisson 0.9 req/s per worker, 64 shared 1k prefixes + lognormal 1k in / "
+        f"256 out, {per_worker} requests per worker (at least {bounds[0]:,}, at most "
+        f"{bounds[1]:,}); CPU time of run()"
+    )
+    print(
+        f"{'router':<12} {'workers':>7} {'requests':>8} {'CPU s':>8} {'ms/req':>8} "
+        f"{'x 8w':>6} {'hit rate':>8} {'TTFT p50':>9}"
+    )
+    for router in routers:
+        first: float | None = None
+        for n in sizes:
+            count = min(bounds[1], max(bounds[0], per_worker * n))
+            requests = generate(sweep_workload(n, count))
+            cfg = replace(BASE, workers=n, router=router)  # type: ignore[arg-type]
+            sim = Simulation(cfg, requests, perf=perf)
+            t0 = time.process_time()
+            res = sim.run()
+            cpu = time.process_time() - t0
+            per = cpu / len(requests) * 1e3
+            first = per if first is None else first
+            m = res.metrics
+            print(
+                f"{router:<12} {n:>7,} {len(requests):>8,} {cpu:>8.2f} {per:>8.3f} "
+                f"{per / first:>6.2f} {m.prefix_cache_hit_rate:>8.3f} "
+                f"{m.time_to_first_token.p50:>9,.0f}",
+                flush=True,
+            )
 
 
 def _reference(

@@ -17,7 +17,8 @@ same worker without listing them.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from itertools import pairwise
 from typing import Any
 
@@ -34,6 +35,11 @@ _REL = 1e-9
 """Relative margin between a group's ordering key and its cost: both are sums of the same
 few non-negative terms, so they differ by a few ulps (~1e-16 relative); a worker is skipped
 only when its key is further than this above the best cost."""
+
+
+_INF = float("inf")
+_Cost = Callable[[int, int, int, int], float]
+"""``kv_cost`` with the router's weight, the request's prompt and the block size bound."""
 
 
 def _index_of(w: EngineWorker) -> int:
@@ -144,63 +150,103 @@ class KvAware(_Indexed):
         if self._scan is not None:
             return self._scan.route(rr, workers, now_us)
         self._prepare(workers)
-        load = self._load
-        hashes, target, weight = rr.hashes, rr.target, self.overlap_weight
+        hashes, target = rr.hashes, rr.target
         limit = min(len(hashes), (target - 1) // HASH_BLOCK_TOKENS)
         w0 = workers[0]
-        bs, unit = w0.block_size, w0.kv.unit_blocks
-        # Workers caching the first unit: synced (their cache and load exact now) and costed.
-        cands: dict[int, float] = {}
-        if limit > 0:
-            held = [load.workers[i] for i in self._blocks.holders(hashes[0]) if i in load.workers]
-            load.settle(held, now_us)
-            for w in held:
-                kv = w.kv
-                hit = kv.match(hashes, limit)
-                cands[w.index] = kv_cost(weight, target, bs, hit, unit, kv.used, w.pending_prefill)
-        best, groups = self._scan_groups(cands, target, bs, unit, now_us)
+        cost = partial(kv_cost, self.overlap_weight, target, w0.block_size)
+        unit = w0.kv.unit_blocks
+        cands, exact = self._candidates(hashes, limit, cost, unit, now_us)
+        best, groups = self._scan_groups(cands, exact, cost, unit, now_us)
         # Ties in index order: tied candidates, and the other members of the tied groups.
-        plus = sorted(i for i, c in cands.items() if c == best)
-        tied = {id(g) for g in groups}
-        minus = sorted(i for i in cands if id(load.groups[load.state_of[i]]) in tied)
-        n = len(plus) - len(minus) + sum(len(g.members) for g in groups)
+        plus = sorted(i for i, c in exact.items() if c == best)
+        minus = sorted(i for s, g in groups for i in self._among(cands, s, g))
+        n = len(plus) - len(minus) + sum(len(g.members) for _, g in groups)
         k = 0 if n == 1 else int(self._rng.integers(n))
-        return self._pick(workers, kth(k, groups, minus, plus))
+        return self._pick(workers, kth(k, [g for _, g in groups], minus, plus))
+
+    def _candidates(
+        self, hashes: Sequence[int], limit: int, cost: _Cost, unit: int, now_us: int
+    ) -> tuple[set[int], dict[int, float]]:
+        """The workers caching the prompt's first unit, and the exact costs of those that count.
+
+        Their prefix hits come from the block index in one walk over the prompt (the set of
+        workers holding the first ``d`` units shrinks as ``d`` grows, as Dynamo's inverted
+        index finds overlaps). Within each hit depth the workers are visited in ascending
+        recorded key; a lagging one is synced (its hit may drop, its load rise) and costed
+        exactly; the visit of a depth stops where even the recorded terms cannot reach the
+        best cost so far.
+        """
+        load = self._load
+        if limit <= 0:
+            return set(), {}
+        holders = self._blocks.holders
+        cands = holders(hashes[0]) & load.workers.keys()
+        levels: list[tuple[int, set[int]]] = []
+        level, d = cands, 1
+        while level and d < limit:
+            deeper = level & holders(hashes[d])
+            if len(deeper) < len(level):
+                levels.append((d, level - deeper))
+            level, d = deeper, d + 1
+        if level:
+            levels.append((d, level))
+        best, exact = _INF, {}
+        state_of = load.state_of
+        for d, level in reversed(levels):  # deepest first: the cheapest prefill
+            low = cost(d, unit, 0, 0)  # the cost's part that is not load
+            for i in sorted(level, key=state_of.__getitem__):
+                s = state_of[i]
+                if (low + s[0]) * (1 - _REL) - _REL > best:
+                    break
+                w = load.workers[i]
+                if w.lags(now_us):
+                    w.sync(now_us)
+                    c = cost(w.kv.match(hashes, limit), unit, w.kv.used, w.pending_prefill)
+                else:
+                    c = cost(d, unit, s[1], s[2])
+                exact[i] = c
+                best = min(best, c)
+        load.refresh()
+        return cands, exact
+
+    def _among(self, cands: set[int], s: tuple[Any, ...], g: Group) -> list[int]:
+        """The candidates in group ``g`` (state ``s``), from the smaller side."""
+        if len(cands) <= len(g.members):
+            state_of = self._load.state_of
+            return [i for i in cands if state_of[i] == s]
+        return [i for i in g.members if i in cands]
 
     def _scan_groups(
-        self, cands: dict[int, float], target: int, bs: int, unit: int, now_us: int
-    ) -> tuple[float, list[Group]]:
+        self, cands: set[int], exact: dict[int, float], cost: _Cost, unit: int, now_us: int
+    ) -> tuple[float, list[tuple[tuple[Any, ...], Group]]]:
         """The lowest cost and the groups of non-candidates that have it.
 
         Groups are visited in ascending key order while their key could reach the best cost;
-        a lagging member of such a group is synced (its key rises) and the walk restarts.
+        a lagging non-candidate of such a group is synced (its key rises) and the walk restarts.
         """
-        load, weight = self._load, self.overlap_weight
-        base = weight * -(-target // bs)
-        cand_best = min(cands.values(), default=float("inf"))
-        in_group: dict[tuple[Any, ...], int] = {}
-        for i in cands:
-            s = load.state_of[i]
-            in_group[s] = in_group.get(s, 0) + 1
+        load = self._load
+        low = cost(0, unit, 0, 0)
+        cand_best = min(exact.values(), default=_INF)
         while True:
-            best, tied = cand_best, []
+            best: float = cand_best
+            tied: list[tuple[tuple[Any, ...], Group]] = []
             order, restart = load.order, False
             for j in range(len(order)):
                 s = order[j]
-                if (base + s[0]) * (1 - _REL) - _REL > best:
+                if (low + s[0]) * (1 - _REL) - _REL > best:
                     break
                 g = load.groups[s]
-                if len(g.members) == in_group.get(s, 0):
+                if cands and len(self._among(cands, s, g)) == len(g.members):
                     continue  # candidates only: costed above
-                lag = load.lagging(g, now_us)  # never a candidate: those are synced
+                lag = [w for w in load.lagging(g, now_us) if w.index not in cands]
                 if lag:
                     load.settle(lag, now_us)
                     restart = True
                     break
-                c = kv_cost(weight, target, bs, 0, unit, s[1], s[2])
+                c = cost(0, unit, s[1], s[2])
                 if c < best:
-                    best, tied = c, [g]
+                    best, tied = c, [(s, g)]
                 elif c == best:
-                    tied.append(g)
+                    tied.append((s, g))
             if not restart:
                 return best, tied
