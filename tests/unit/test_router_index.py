@@ -69,7 +69,7 @@ class Checked(Stateless):
     def route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
         before = self.rng.bit_generator.state
         i = self.fast.route(rr, workers, now_us)
-        if self.pick.random() < 0.5:  # the scan syncs everything: leave some lag to the index
+        if self.pick.random() < 0.25:  # the scan syncs everything: leave lag to the index
             self.twin.bit_generator.state = before
             j = self.scan.route(rr, workers, now_us)
             assert i == j, (now_us, i, j)
@@ -137,7 +137,7 @@ def _run(cfg: DeploymentConfig, reqs: list[Request], blocks: dict[str, int]) -> 
     return res
 
 
-@pytest.mark.parametrize("n", range(12))
+@pytest.mark.parametrize("n", range(24))
 def test_indexed_router_decides_as_the_scan(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg, reqs, blocks = _cluster(n)
     made: list[Checked] = []
@@ -149,10 +149,10 @@ def test_indexed_router_decides_as_the_scan(n: int, monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(simulation, "make_router", checked)
     res = _run(cfg, reqs, blocks)
     assert res.metrics.completed_requests > 0
-    assert sum(c.checked for c in made) > 50
+    assert sum(c.checked for c in made) > 25
 
 
-@pytest.mark.parametrize("n", range(12, 20))
+@pytest.mark.parametrize("n", range(24, 32))
 def test_indexed_runs_equal_scanning_runs(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg, reqs, blocks = _cluster(n)
     fast = _run(cfg, reqs, blocks)
