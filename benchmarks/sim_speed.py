@@ -23,6 +23,8 @@ Five figures, all on 8 workers of the same deployment (``BASE``) or its disaggre
   lognormal(256, 0.6) output tokens, ``--per-worker`` requests per worker (at least
   ``--min-requests``, at most ``--max-requests``), every router, one run each
   (``time.process_time`` of ``Simulation.run``: workload generation and set-up not counted);
+  ``workers-disagg`` the same traffic on half prefill and half decode workers, for pairs of
+  prefill/decode routers (``--disagg-routers``);
 * whole process: ``dynosim simulate examples/llama8b_h200_vllm.yaml --trace <Mooncake>`` as a
   subprocess (pinned to one core with ``taskset -c 0`` when available), simulated seconds per
   process wall second, so start-up (imports, step-time tables, trace parsing) counts. One
@@ -32,7 +34,8 @@ Five figures, all on 8 workers of the same deployment (``BASE``) or its disaggre
 
 Run: ``.venv/bin/python benchmarks/sim_speed.py [--repeat 5]
 [--only mooncake,rate,disagg,planner,schedulers,process,workers]``
-(``workers`` is not in the default set; ``--workers 8,64`` picks the sizes).
+(``workers`` and ``workers-disagg`` are not in the default set; ``--workers 8,64`` picks
+the sizes).
 Step-time tables are built (or loaded from the disk cache) before timing starts.
 """
 
@@ -131,6 +134,11 @@ def main() -> None:
     ap.add_argument("--min-requests", type=int, default=2000, help="floor per run")
     ap.add_argument("--max-requests", type=int, default=1_000_000, help="cap per run")
     ap.add_argument("--routers", default=",".join(SWEEP_ROUTERS), help="routers of 'workers'")
+    ap.add_argument(
+        "--disagg-routers",
+        default="round_robin/least_loaded,kv_aware/least_loaded,kv_aware/kv_load",
+        help="prefill/decode routers of 'workers-disagg'",
+    )
     args = ap.parse_args()
     cases = set(args.only.split(","))
     perf = resolve(BASE)  # builds/loads the step-time tables once
@@ -151,6 +159,11 @@ def main() -> None:
         sizes = [int(x) for x in args.workers.split(",")]
         bounds = (args.min_requests, args.max_requests)
         worker_sweep(perf, sizes, args.per_worker, bounds, args.routers.split(","))
+    if "workers-disagg" in cases:
+        sizes = [int(x) for x in args.workers.split(",")]
+        bounds = (args.min_requests, args.max_requests)
+        pairs = args.disagg_routers.split(",")
+        worker_sweep(perf, sizes, args.per_worker, bounds, pairs, disagg=True)
 
 
 def mooncake(trace: Path, perf: DeploymentPerf, repeat: int, reference: int) -> None:
@@ -259,15 +272,21 @@ def worker_sweep(
     per_worker: int,
     bounds: tuple[int, int],
     routers: Sequence[str],
+    *,
+    disagg: bool = False,
 ) -> None:
-    """CPU time per simulated request of each router as the cluster grows (same load per worker)."""
+    """CPU time per simulated request of each router as the cluster grows (same load per worker).
+
+    ``disagg``: half the workers prefill, half decode; each router is ``prefill/decode``.
+    """
+    title = "workers-disagg (half prefill, half decode)" if disagg else "workers"
     print(
-        f"\nworkers: Poisson 0.9 req/s per worker, 64 shared 1k prefixes + lognormal 1k in / "
+        f"\n{title}: Poisson 0.9 req/s per worker, 64 shared 1k prefixes + lognormal 1k in / "
         f"256 out, {per_worker} requests per worker (at least {bounds[0]:,}, at most "
         f"{bounds[1]:,}); CPU time of run()"
     )
     print(
-        f"{'router':<12} {'workers':>7} {'requests':>8} {'CPU s':>8} {'ms/req':>8} "
+        f"{'router':<26} {'workers':>7} {'requests':>8} {'CPU s':>8} {'ms/req':>8} "
         f"{'x 8w':>6} {'hit rate':>8} {'TTFT p50':>9}"
     )
     for router in routers:
@@ -275,8 +294,8 @@ def worker_sweep(
         for n in sizes:
             count = min(bounds[1], max(bounds[0], per_worker * n))
             requests = generate(sweep_workload(n, count))
-            cfg = replace(BASE, workers=n, router=router)  # type: ignore[arg-type]
-            sim = Simulation(cfg, requests, perf=perf)
+            cfg = _sweep_config(n, router, disagg=disagg)
+            sim = Simulation(cfg, requests, perf={name: perf for name, _ in cfg.pools()})
             t0 = time.process_time()
             res = sim.run()
             cpu = time.process_time() - t0
@@ -284,11 +303,28 @@ def worker_sweep(
             first = per if first is None else first
             m = res.metrics
             print(
-                f"{router:<12} {n:>7,} {len(requests):>8,} {cpu:>8.2f} {per:>8.3f} "
+                f"{router:<26} {n:>7,} {len(requests):>8,} {cpu:>8.2f} {per:>8.3f} "
                 f"{per / first:>6.2f} {m.prefix_cache_hit_rate:>8.3f} "
                 f"{m.time_to_first_token.p50:>9,.0f}",
                 flush=True,
             )
+
+
+def _sweep_config(n: int, router: str, *, disagg: bool) -> DeploymentConfig:
+    """``BASE`` on ``n`` workers: aggregated, or half prefill and half decode."""
+    if not disagg:
+        return DeploymentConfig.from_dict({**BASE.to_dict(), "workers": n, "router": router})
+    entry, decode = router.split("/")
+    return DeploymentConfig.from_dict(
+        {
+            **{k: v for k, v in BASE.to_dict().items() if k not in ("tp", "workers")},
+            "mode": "disagg",
+            "prefill": {"workers": n // 2},
+            "decode": {"workers": n - n // 2},
+            "router": entry,
+            "decode_router": decode,
+        }
+    )
 
 
 def _reference(
