@@ -42,6 +42,7 @@ Step-time tables are built (or loaded from the disk cache) before timing starts.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
@@ -296,6 +297,7 @@ def worker_sweep(
             requests = generate(sweep_workload(n, count))
             cfg = _sweep_config(n, router, disagg=disagg)
             sim = Simulation(cfg, requests, perf={name: perf for name, _ in cfg.pools()})
+            gc.collect()  # the previous run's garbage is not this run's cost
             t0 = time.process_time()
             res = sim.run()
             cpu = time.process_time() - t0
