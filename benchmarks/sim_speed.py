@@ -17,6 +17,14 @@ Five figures, all on 8 workers of the same deployment (``BASE``) or its disaggre
   (prefill and decode batches alternating, and with ``enable_mixed_chunk``) and TRT-LLM
   (``GUARANTEED_NO_EVICT`` and ``MAX_UTILIZATION``), all with vLLM's step times so that only
   the policy differs, fast-forward, plus the step-by-step reference on the first N requests;
+* workers: CPU time per simulated request against the cluster size (8 / 64 / 512 / 2,048
+  workers of ``BASE``) at the same load per worker: Poisson at 0.9 req/s per worker, prompts
+  of one of 64 shared 1,024-token prefixes plus lognormal(1,024, sigma 0.6) more tokens,
+  lognormal(256, 0.6) output tokens, ``--per-worker`` requests per worker (at least
+  ``--min-requests``, at most ``--max-requests``), every router, one run each
+  (``time.process_time`` of ``Simulation.run``: workload generation and set-up not counted);
+  ``workers-disagg`` the same traffic on half prefill and half decode workers, for pairs of
+  prefill/decode routers (``--disagg-routers``);
 * whole process: ``dynosim simulate examples/llama8b_h200_vllm.yaml --trace <Mooncake>`` as a
   subprocess (pinned to one core with ``taskset -c 0`` when available), simulated seconds per
   process wall second, so start-up (imports, step-time tables, trace parsing) counts, and per
@@ -27,13 +35,16 @@ Five figures, all on 8 workers of the same deployment (``BASE``) or its disaggre
   in an ordinary installation.
 
 Run: ``.venv/bin/python benchmarks/sim_speed.py [--repeat 5]
-[--only mooncake,rate,disagg,planner,schedulers,process,process-disagg]``.
+[--only mooncake,rate,disagg,planner,schedulers,process,process-disagg,workers]``
+(``workers`` and ``workers-disagg`` are not in the default set; ``--workers 8,64`` picks
+the sizes).
 Step-time tables are built (or loaded from the disk cache) before timing starts.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
@@ -50,7 +61,15 @@ from dynosim import DeploymentConfig, Request, Simulation
 from dynosim.config import Backend
 from dynosim.perf.deployment import DeploymentPerf, resolve
 from dynosim.simulation import SimResult
-from dynosim.workload import ArrivalSpec, LengthSpec, WorkloadSpec, generate, head, load_trace
+from dynosim.workload import (
+    ArrivalSpec,
+    LengthSpec,
+    PrefixSpec,
+    WorkloadSpec,
+    generate,
+    head,
+    load_trace,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT.parent / "shared/data/traces/mooncake/conversation_trace.jsonl"
@@ -78,6 +97,22 @@ HIGH_RATE = WorkloadSpec(
     name="poisson-20rps",
 )
 
+SWEEP_ROUTERS = ("round_robin", "least_loaded", "kv_aware", "kv_load")
+
+
+def sweep_workload(workers: int, requests: int) -> WorkloadSpec:
+    """The ``workers`` case's traffic: 0.9 req/s per worker, 64 shared 1,024-token prefixes."""
+    return WorkloadSpec(
+        requests=requests,
+        arrival=ArrivalSpec(process="poisson", rate_rps=0.9 * workers),
+        input_tokens=LengthSpec(dist="lognormal", mean=1024, sigma=0.6),
+        output_tokens=LengthSpec(dist="lognormal", mean=256, sigma=0.6),
+        prefix=PrefixSpec(groups=64, tokens=1024),
+        seed=0,
+        name=f"fleet-{workers}",
+    )
+
+
 HEADER = (
     f"{'router':<12} {'mode':<14} {'requests':>8} {'wall s':>8} {'req/s':>9} "
     f"{'speed-up':>9} {'events':>8} {'steps':>9} {'hit rate':>8} {'TTFT p50':>9}"
@@ -98,6 +133,16 @@ def main() -> None:
     ap.add_argument(
         "--bytecode-cache", action="store_true", help="let the subprocess write __pycache__"
     )
+    ap.add_argument("--workers", default="8,64,512,2048", help="cluster sizes of 'workers'")
+    ap.add_argument("--per-worker", type=int, default=20, help="requests per worker")
+    ap.add_argument("--min-requests", type=int, default=2000, help="floor per run")
+    ap.add_argument("--max-requests", type=int, default=1_000_000, help="cap per run")
+    ap.add_argument("--routers", default=",".join(SWEEP_ROUTERS), help="routers of 'workers'")
+    ap.add_argument(
+        "--disagg-routers",
+        default="round_robin/least_loaded,kv_aware/least_loaded,kv_aware/kv_load",
+        help="prefill/decode routers of 'workers-disagg'",
+    )
     args = ap.parse_args()
     cases = set(args.only.split(","))
     perf = resolve(BASE)  # builds/loads the step-time tables once
@@ -116,6 +161,15 @@ def main() -> None:
         whole_process(args.trace, args.repeat, EXAMPLE, bytecode_cache=args.bytecode_cache)
     if "process-disagg" in cases:
         whole_process(args.trace, args.repeat, EXAMPLE_DISAGG, bytecode_cache=args.bytecode_cache)
+    if "workers" in cases:
+        sizes = [int(x) for x in args.workers.split(",")]
+        bounds = (args.min_requests, args.max_requests)
+        worker_sweep(perf, sizes, args.per_worker, bounds, args.routers.split(","))
+    if "workers-disagg" in cases:
+        sizes = [int(x) for x in args.workers.split(",")]
+        bounds = (args.min_requests, args.max_requests)
+        pairs = args.disagg_routers.split(",")
+        worker_sweep(perf, sizes, args.per_worker, bounds, pairs, disagg=True)
 
 
 def mooncake(trace: Path, perf: DeploymentPerf, repeat: int, reference: int) -> None:
@@ -216,6 +270,68 @@ def schedulers(trace: Path, perf: DeploymentPerf, repeat: int, reference: int) -
         slow = Simulation(cfg, ref, perf=perf, fast_forward=False).run()
         _row(name, "step-by-step", len(ref), slow)
         print(f"{'':<12} identical per-request records: {fast.records.equal(slow.records)}")
+
+
+def worker_sweep(
+    perf: DeploymentPerf,
+    sizes: Sequence[int],
+    per_worker: int,
+    bounds: tuple[int, int],
+    routers: Sequence[str],
+    *,
+    disagg: bool = False,
+) -> None:
+    """CPU time per simulated request of each router as the cluster grows (same load per worker).
+
+    ``disagg``: half the workers prefill, half decode; each router is ``prefill/decode``.
+    """
+    title = "workers-disagg (half prefill, half decode)" if disagg else "workers"
+    print(
+        f"\n{title}: Poisson 0.9 req/s per worker, 64 shared 1k prefixes + lognormal 1k in / "
+        f"256 out, {per_worker} requests per worker (at least {bounds[0]:,}, at most "
+        f"{bounds[1]:,}); CPU time of run()"
+    )
+    print(
+        f"{'router':<26} {'workers':>7} {'requests':>8} {'CPU s':>8} {'ms/req':>8} "
+        f"{'x 8w':>6} {'hit rate':>8} {'TTFT p50':>9}"
+    )
+    for router in routers:
+        first: float | None = None
+        for n in sizes:
+            count = min(bounds[1], max(bounds[0], per_worker * n))
+            requests = generate(sweep_workload(n, count))
+            cfg = _sweep_config(n, router, disagg=disagg)
+            sim = Simulation(cfg, requests, perf={name: perf for name, _ in cfg.pools()})
+            gc.collect()  # the previous run's garbage is not this run's cost
+            t0 = time.process_time()
+            res = sim.run()
+            cpu = time.process_time() - t0
+            per = cpu / len(requests) * 1e3
+            first = per if first is None else first
+            m = res.metrics
+            print(
+                f"{router:<26} {n:>7,} {len(requests):>8,} {cpu:>8.2f} {per:>8.3f} "
+                f"{per / first:>6.2f} {m.prefix_cache_hit_rate:>8.3f} "
+                f"{m.time_to_first_token.p50:>9,.0f}",
+                flush=True,
+            )
+
+
+def _sweep_config(n: int, router: str, *, disagg: bool) -> DeploymentConfig:
+    """``BASE`` on ``n`` workers: aggregated, or half prefill and half decode."""
+    if not disagg:
+        return DeploymentConfig.from_dict({**BASE.to_dict(), "workers": n, "router": router})
+    entry, decode = router.split("/")
+    return DeploymentConfig.from_dict(
+        {
+            **{k: v for k, v in BASE.to_dict().items() if k not in ("tp", "workers")},
+            "mode": "disagg",
+            "prefill": {"workers": n // 2},
+            "decode": {"workers": n - n // 2},
+            "router": entry,
+            "decode_router": decode,
+        }
+    )
 
 
 def _reference(

@@ -126,6 +126,7 @@ class WorkerPool:
             return None
         w = min(reversed(self.active), key=lambda x: x.outstanding)
         self.active.remove(w)
+        self.router.workers_changed()
         self.scaling_events += 1
         self.draining[w.index] = w
         self.check_drained(w, now_us)
@@ -170,6 +171,7 @@ class WorkerPool:
         while at and self.active[at - 1].index > w.index:
             at -= 1
         self.active.insert(at, w)
+        self.router.workers_changed()
 
     def _retire(self, w: EngineWorker, now_us: int) -> None:
         self._retired.add(w.index)

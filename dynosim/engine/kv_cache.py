@@ -12,7 +12,7 @@ difference is at most one unit per prompt).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from dynosim.types import HASH_BLOCK_TOKENS
 
@@ -24,7 +24,16 @@ class PrefixKVCache:
     what running requests hold, and every evictable unit has reference count 0.
     """
 
-    __slots__ = ("_evictable", "_refs", "evictable_blocks", "free", "total_blocks", "unit_blocks")
+    __slots__ = (
+        "_evictable",
+        "_refs",
+        "evictable_blocks",
+        "free",
+        "on_evict",
+        "on_store",
+        "total_blocks",
+        "unit_blocks",
+    )
 
     def __init__(self, total_blocks: int, block_size: int) -> None:
         if total_blocks < 1:
@@ -35,6 +44,14 @@ class PrefixKVCache:
         self.evictable_blocks = 0
         self._refs: dict[int, int] = {}
         self._evictable: OrderedDict[int, None] = OrderedDict()
+        # KV events (what a Dynamo worker publishes to the router's indexer): told the units
+        # cached (stored) and the units dropped (evicted), as they happen; None: nobody listens.
+        self.on_store: Callable[[Sequence[int]], None] | None = None
+        self.on_evict: Callable[[int], None] | None = None
+
+    def cached(self) -> list[int]:
+        """Every cached unit (referenced or evictable), in no particular order."""
+        return list(self._refs)
 
     @property
     def available(self) -> int:
@@ -82,8 +99,12 @@ class PrefixKVCache:
                 raise RuntimeError(f"KV over-allocation: {n_blocks} > {self.available}")
             ev, refs, unit = self._evictable, self._refs, self.unit_blocks
             evicted = -(-short // unit)
+            on_evict = self.on_evict
             for _ in range(evicted):
-                del refs[ev.popitem(last=False)[0]]
+                h = ev.popitem(last=False)[0]
+                del refs[h]
+                if on_evict is not None:
+                    on_evict(h)
             self.free += evicted * unit
             self.evictable_blocks -= evicted * unit
         self.free -= n_blocks
@@ -93,6 +114,8 @@ class PrefixKVCache:
         if h in self._refs:
             return False
         self._refs[h] = 1
+        if self.on_store is not None:
+            self.on_store((h,))
         return True
 
     def register_all(self, hashes: Sequence[int]) -> list[int]:
@@ -103,6 +126,8 @@ class PrefixKVCache:
             if h not in refs:
                 refs[h] = 1
                 new.append(h)
+        if new and self.on_store is not None:
+            self.on_store(new)
         return new
 
     def release(self, units: Sequence[int], blocks: int) -> None:

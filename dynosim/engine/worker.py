@@ -141,6 +141,11 @@ class EngineWorker:
         # prompt the last step completed (each emits its first token). The same calls, step
         # for step, in both modes.
         self.on_tokens: TokensCallback | None = None
+        # A router's list of workers whose load may have changed (None: no router watches):
+        # the worker appends itself once (``touched``) at each event and each sync that
+        # changes what the router reads; the router re-reads it at its next decision.
+        self.watch: list[EngineWorker] | None = None
+        self.touched = False
         self._setup(engine)
 
     def _setup(self, engine: EngineConfig) -> None:
@@ -165,6 +170,22 @@ class EngineWorker:
         """
         return self.kv.used + self.pending_prefill_blocks + self.incoming_blocks
 
+    def lags(self, now_us: int) -> bool:
+        """Whether :meth:`sync` at ``now_us`` would allocate (a segment step started since)."""
+        return now_us >= self._sync_at
+
+    @property
+    def in_segment(self) -> bool:
+        """Whether a fast-forwarded segment has steps whose blocks are not allocated yet."""
+        return self._sync_at != _NEVER
+
+    def touch(self) -> None:
+        """Tell the watching router (if any) that what it reads of this worker may change."""
+        watch = self.watch
+        if watch is not None and not self.touched:
+            self.touched = True
+            watch.append(self)
+
     def sync(self, now_us: int) -> None:
         """Bring the KV state up to ``now_us`` inside a fast-forwarded segment."""
         if now_us >= self._sync_at:  # a segment step has started since the last allocation
@@ -179,6 +200,7 @@ class EngineWorker:
         arrivals already due now), so requests that arrive together start together, as an
         engine loop that wakes up finds every request its queue received meanwhile.
         """
+        self.touch()
         rr.enqueued_us = now_us
         self.waiting.append(rr)
         self.pending_prefill += rr.target - rr.remote
@@ -191,6 +213,7 @@ class EngineWorker:
 
     def _on_wake(self, ev: Timer) -> None:
         if ev.version == self._version:
+            self.touch()
             self._start_step(int(self.env.now))
 
     # ------------------------------------------------------------------- stepping
@@ -202,6 +225,7 @@ class EngineWorker:
         if ev.version != self._version:
             return
         now = int(self.env.now)
+        self.touch()
         self.events += 1
         k = self._seg_steps
         if k > self._seg_applied:
@@ -366,6 +390,7 @@ class EngineWorker:
     def _apply_allocations(self, started: int) -> None:
         """Allocate the new blocks of segment steps up to ``started`` (step 0 already is)."""
         if started > self._seg_applied:
+            self.touch()
             demand = self._demand(started - 1)
             self.kv.allocate(demand - self._seg_demand)
             self._seg_demand = demand

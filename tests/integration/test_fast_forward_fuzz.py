@@ -13,6 +13,10 @@ conditional disaggregation, every decode router) and planners (load and SLA poli
 intervals and cold starts, per-pool limits, a GPU ceiling): the same per-request records, the
 same scaling decisions (each pool's provisioned-GPU timeline) and the same KV bytes moved. One
 disaggregated case runs the AIC step times on small KV pools.
+
+Fleet cases put hundreds of workers behind the indexed routers (kv_aware, least_loaded,
+kv_load: their load and block indexes, and the lazy syncs they rest on) with KV pools small
+enough to evict under shared prefixes, often with a planner adding and draining workers.
 """
 
 from __future__ import annotations
@@ -187,6 +191,45 @@ def _cluster_case(n: int) -> tuple[DeploymentConfig, list[Request], dict[str, in
         kv = r.choice([20, 60, 300, 5000])
         blocks[name] = max(1, kv * 16 // pool.engine.block_size)
     return cfg, reqs, blocks
+
+
+def _fleet_case(n: int) -> tuple[DeploymentConfig, list[Request], dict[str, int]]:
+    """Hundreds of workers, an indexed router, KV that evicts, bursts, maybe a planner."""
+    r = random.Random(20_000 + n)
+    workers = r.choice([100, 200, 300])
+    routers = ["least_loaded", "kv_aware", "kv_load"]
+    engine = _engine(r) | {"enable_prefix_caching": True}
+    weight = r.choice([0.5, 1.0, 4.0])
+    data: dict[str, object] = {"model": "x", "gpu": "h200_sxm", "router": r.choice(routers),
+                               "workers": workers, "engine": engine,
+                               "kv_router": {"overlap_weight": weight}}  # fmt: skip
+    if r.random() < 0.4:
+        data["planner"] = {"policy": "load", "adjustment_interval_s": 0.1,
+                           "metric_pulling_interval_s": 0.02, "startup_s": r.choice([0.0, 0.05]),
+                           "min_workers": workers // 2, "max_workers": workers + 50,
+                           "kv_scale_up": 0.05, "kv_scale_down": 0.02,
+                           "queue_scale_up": 0.5, "queue_scale_down": 0.2}  # fmt: skip
+    cfg = DeploymentConfig.from_dict(data)
+    chunked = cfg.engine.enable_chunked_prefill
+    reqs = make_requests(
+        workers * 6,
+        rate_rps=workers * r.choice([5, 30]),
+        seed=n,
+        input_range=(1, 1800 if chunked else max(2, cfg.engine.max_num_batched_tokens)),
+        output_range=(1, r.choice([20, 150])),
+        groups=r.choice([2, 16, 64]),
+        shared_units=2,
+    )
+    if r.random() < 0.4:
+        reqs = [replace(q, arrival_s=round(q.arrival_s, 2)) for q in reqs]
+    kv = r.choice([150, 300]) * 16 // int(engine["block_size"])  # type: ignore[call-overload]
+    return cfg, reqs, {"agg": kv}
+
+
+@pytest.mark.parametrize("n", range(8))
+def test_fast_forward_equals_stepping_on_fleets_behind_indexed_routers(n: int) -> None:
+    res = _check(*_fleet_case(n))
+    assert res.metrics.completed_requests > 0
 
 
 @pytest.mark.parametrize("start", range(0, 160, 40))

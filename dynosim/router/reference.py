@@ -1,55 +1,25 @@
-"""Routers: which worker gets an arriving request. Routing is a synchronous call at arrival."""
+"""The scanning routers: every worker read at every decision, O(workers x prompt blocks).
+
+These are the routers as they were before the indexes (:mod:`dynosim.router.indexed`): the
+reference the indexed routers must match decision for decision
+(``tests/unit/test_router_index.py``), and the path KV-aware routing with ``temperature > 0``
+keeps (sampling over every worker's cost needs every cost).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 
-from dynosim.config import DeploymentConfig, RouterName
 from dynosim.engine.state import RunningRequest
 from dynosim.engine.worker import EngineWorker
+from dynosim.router.base import Stateless, kv_cost
 from dynosim.types import HASH_BLOCK_TOKENS
 
 
-class Router(Protocol):
-    """Picks a worker index for a request arriving at ``now_us``.
-
-    Called once per request, in arrival order; may read (never change) worker state.
-    """
-
-    def route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
-        """Index into ``workers`` of the worker that serves ``rr``."""
-        ...
-
-
-class RoundRobin:
-    """Workers in turn, ignoring their state."""
-
-    def __init__(self) -> None:
-        self._next = 0
-
-    def route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
-        """Next worker in turn."""
-        i = self._next % len(workers)
-        self._next = i + 1
-        return i
-
-
-class RandomRouter:
-    """A uniformly random worker."""
-
-    def __init__(self, rng: np.random.Generator) -> None:
-        self._rng = rng
-
-    def route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
-        """A random worker."""
-        return int(self._rng.integers(len(workers)))
-
-
-class LeastLoaded:
+class LeastLoadedScan(Stateless):
     """The worker with the fewest outstanding requests (ties: fewer KV blocks, then index)."""
 
     def route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
@@ -74,15 +44,13 @@ class LeastLoaded:
         return best
 
 
-class KvAware:
+class KvAwareScan(Stateless):
     """Dynamo's KV-aware cost: ``overlap_weight * prefill blocks + active blocks``.
 
     Prefill blocks are the prompt's blocks not already cached on the worker plus the prompt
     blocks already routed there and not yet prefilled; active blocks are the KV blocks its
-    running requests hold plus those queued prompt blocks (Dynamo counts a request's blocks as
-    active from the moment it routes it: docs.nvidia.com/dynamo, "Router Design", block
-    tracking). The lowest cost wins
-    (ties broken at random); with ``temperature > 0`` a worker is sampled with probability
+    running requests hold plus those queued prompt blocks (:func:`kv_cost`). The lowest cost
+    wins (ties broken at random); with ``temperature > 0`` a worker is sampled with probability
     proportional to ``exp(-normalised cost / temperature)``.
     """
 
@@ -98,13 +66,13 @@ class KvAware:
         costs: list[float] = []
         for w in workers:
             w.sync(now_us)
-            kv, bs = w.kv, w.block_size
+            kv = w.kv
             hit = kv.match(hashes, limit) if limit > 0 else 0
-            queued = w.pending_prefill / bs
-            prefill = -(-target // bs) - hit * kv.unit_blocks + queued
-            # Active blocks count a request from the moment it is routed (Dynamo's router
-            # design doc: incremented when a request is added), so queued prompts count too.
-            costs.append(weight * prefill + kv.used + queued)
+            costs.append(
+                kv_cost(
+                    weight, target, w.block_size, hit, kv.unit_blocks, kv.used, w.pending_prefill
+                )
+            )
         if self.temperature > 0:
             return self._sample(np.array(costs))
         low = min(costs)
@@ -119,7 +87,7 @@ class KvAware:
         return int(self._rng.choice(len(costs), p=p / p.sum()))
 
 
-class KvLoad:
+class KvLoadScan(Stateless):
     """The worker with the fewest active KV blocks: held, queued and arriving by transfer.
 
     Dynamo's KV router with the prefix-overlap term off, as it routes to decode workers
@@ -135,22 +103,3 @@ class KvLoad:
             if cost < best_cost:
                 best, best_cost = i, cost
         return best
-
-
-ROUTERS: dict[RouterName, Callable[[DeploymentConfig, np.random.Generator], Router]] = {
-    "round_robin": lambda config, rng: RoundRobin(),
-    "random": lambda config, rng: RandomRouter(rng),
-    "least_loaded": lambda config, rng: LeastLoaded(),
-    "kv_load": lambda config, rng: KvLoad(),
-    "kv_aware": lambda config, rng: KvAware(
-        config.kv_router.overlap_weight, config.kv_router.temperature, rng
-    ),
-}
-"""Each router by name, built from the deployment (its KV router settings) and the run's RNG."""
-
-
-def make_router(
-    config: DeploymentConfig, rng: np.random.Generator, name: RouterName | None = None
-) -> Router:
-    """The router ``name`` (default: the deployment's ``router``)."""
-    return ROUTERS[config.router if name is None else name](config, rng)

@@ -1,0 +1,252 @@
+"""Routers that read a few workers per decision: least_loaded, kv_load and kv_aware.
+
+Each keeps a :class:`LoadIndex` of its workers' load terms (and kv_aware a :class:`BlockIndex`
+of their cached units) and picks exactly the worker the scanning routers of
+:mod:`dynosim.router.reference` pick, with the same random draws: O(prompt blocks + workers
+caching the prompt's first unit + log workers) per request instead of O(workers x blocks).
+
+Exactness rests on three facts. (1) Syncing a fast-forwarded worker only adds held blocks, and
+syncing at once what several syncs would do evicts the same units, so a worker's recorded
+terms are a lower bound of its terms now and only the workers whose lower bound could reach
+the best exact cost need a sync. (2) Two workers with equal terms cost the same for any
+request, so a group's cost is computed once. (3) The scan breaks a tie with one draw over the
+tied workers in index order; counting a group's members and bisecting for the k-th gives the
+same worker without listing them.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable, Sequence
+from functools import partial
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+
+from dynosim.engine.state import RunningRequest
+from dynosim.engine.worker import EngineWorker
+from dynosim.router.base import kv_cost
+from dynosim.router.index import BlockIndex, Group, LoadIndex, kth
+from dynosim.router.reference import KvAwareScan
+from dynosim.types import HASH_BLOCK_TOKENS
+
+_REL = 1e-9
+"""Relative margin between a group's ordering key and its cost: both are sums of the same
+few non-negative terms, so they differ by a few ulps (~1e-16 relative); a worker is skipped
+only when its key is further than this above the best cost."""
+
+
+_INF = float("inf")
+_Cost = Callable[[int, int, int, int], float]
+"""``kv_cost`` with the router's weight, the request's prompt and the block size bound."""
+
+
+def _index_of(w: EngineWorker) -> int:
+    return w.index
+
+
+class _Indexed:
+    """Keeps the load index in step with the list of workers the router is given."""
+
+    def __init__(self) -> None:
+        self._load = LoadIndex(self._state)
+        self._list: Sequence[EngineWorker] | None = None
+        self._n = -1
+
+    def _state(self, w: EngineWorker) -> tuple[Any, ...]:
+        raise NotImplementedError
+
+    def workers_changed(self) -> None:
+        """The pool changed its list in place: re-read it at the next decision."""
+        self._list = None
+
+    def _prepare(self, workers: Sequence[EngineWorker]) -> None:
+        if workers is not self._list or len(workers) != self._n:
+            if any(a.index >= b.index for a, b in pairwise(workers)):
+                raise ValueError("routed workers must be in ascending index order")
+            self._load.reset(workers)
+            self._list, self._n = workers, len(workers)
+        self._load.refresh()
+
+    def _pick(self, workers: Sequence[EngineWorker], index: int) -> int:
+        """Position of worker ``index`` in ``workers``; it will change, so it is re-read."""
+        self._load.workers[index].touch()
+        return bisect_left(workers, index, key=_index_of)
+
+
+class LeastLoaded(_Indexed):
+    """The worker with the fewest outstanding requests (ties: fewer KV blocks, then index).
+
+    As the scan (:class:`~dynosim.router.reference.LeastLoadedScan`) it syncs nothing when one
+    worker has the fewest requests, else it brings up to date the tied workers whose KV could
+    still decide (the scan syncs them all: the others' syncs change nothing observable).
+    """
+
+    def _state(self, w: EngineWorker) -> tuple[Any, ...]:
+        return (w.outstanding, w.kv_load_blocks)
+
+    def route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
+        """Least-loaded worker."""
+        self._prepare(workers)
+        load = self._load
+        s = load.order[0]
+        g = load.groups[s]
+        if len(g.members) == 1 and (len(load.order) == 1 or load.order[1][0] != s[0]):
+            return self._pick(workers, g.members[0])  # the only one with the fewest requests
+        _, g = load.settled_first(now_us)
+        return self._pick(workers, g.members[0])
+
+
+class KvLoad(_Indexed):
+    """The worker with the fewest active KV blocks: held, queued and arriving by transfer.
+
+    Dynamo's KV router with the prefix-overlap term off, as it routes to decode workers
+    (their caches hold no prompt to reuse); ties go to the lowest index.
+    """
+
+    def _state(self, w: EngineWorker) -> tuple[Any, ...]:
+        return (w.kv_load_blocks,)
+
+    def route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
+        """Least KV-loaded worker."""
+        self._prepare(workers)
+        _, g = self._load.settled_first(now_us)
+        return self._pick(workers, g.members[0])
+
+
+class KvAware(_Indexed):
+    """Dynamo's KV-aware cost, lowest first (:func:`~dynosim.router.base.kv_cost`).
+
+    The workers caching the prompt's first unit (from the block index) are synced and costed
+    one by one; every other worker has no prefix hit, so its cost depends on its load terms
+    only, and the groups are visited in ascending order of ``used + (1 + weight) * queued``
+    until that key passes the best cost found. ``temperature > 0`` samples over every worker's
+    cost: that keeps the scan (:class:`~dynosim.router.reference.KvAwareScan`).
+    """
+
+    def __init__(self, overlap_weight: float, temperature: float, rng: np.random.Generator) -> None:
+        super().__init__()
+        self.overlap_weight = overlap_weight
+        self.temperature = temperature
+        self._rng = rng
+        self._scan = KvAwareScan(overlap_weight, temperature, rng) if temperature > 0 else None
+        self._blocks = BlockIndex()
+
+    def _state(self, w: EngineWorker) -> tuple[Any, ...]:
+        used, pending = w.kv.used, w.pending_prefill
+        return (used + (1 + self.overlap_weight) * (pending / w.block_size), used, pending)
+
+    def _prepare(self, workers: Sequence[EngineWorker]) -> None:
+        if workers is not self._list or len(workers) != self._n:
+            for w in workers:
+                if w.block_size != workers[0].block_size:
+                    raise ValueError("routed workers must share one block size")
+                self._blocks.attach(w)
+        super()._prepare(workers)
+
+    def route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
+        """Lowest-cost worker, or a softmax sample."""
+        if self._scan is not None:
+            return self._scan.route(rr, workers, now_us)
+        self._prepare(workers)
+        hashes, target = rr.hashes, rr.target
+        limit = min(len(hashes), (target - 1) // HASH_BLOCK_TOKENS)
+        w0 = workers[0]
+        cost = partial(kv_cost, self.overlap_weight, target, w0.block_size)
+        unit = w0.kv.unit_blocks
+        cands, exact = self._candidates(hashes, limit, cost, unit, now_us)
+        best, groups = self._scan_groups(cands, exact, cost, unit, now_us)
+        # Ties in index order: tied candidates, and the other members of the tied groups.
+        plus = sorted(i for i, c in exact.items() if c == best)
+        minus = sorted(i for s, g in groups for i in self._among(cands, s, g))
+        n = len(plus) - len(minus) + sum(len(g.members) for _, g in groups)
+        k = 0 if n == 1 else int(self._rng.integers(n))
+        return self._pick(workers, kth(k, [g for _, g in groups], minus, plus))
+
+    def _candidates(
+        self, hashes: Sequence[int], limit: int, cost: _Cost, unit: int, now_us: int
+    ) -> tuple[set[int], dict[int, float]]:
+        """The workers caching the prompt's first unit, and the exact costs of those that count.
+
+        Their prefix hits come from the block index in one walk over the prompt (the set of
+        workers holding the first ``d`` units shrinks as ``d`` grows, as Dynamo's inverted
+        index finds overlaps). Within each hit depth the workers are visited in ascending
+        recorded key; a lagging one is synced (its hit may drop, its load rise) and costed
+        exactly; the visit of a depth stops where even the recorded terms cannot reach the
+        best cost so far.
+        """
+        load = self._load
+        if limit <= 0:
+            return set(), {}
+        holders = self._blocks.holders
+        cands = holders(hashes[0]) & load.workers.keys()
+        levels: list[tuple[int, set[int]]] = []
+        level, d = cands, 1
+        while level and d < limit:
+            deeper = level & holders(hashes[d])
+            if len(deeper) < len(level):
+                levels.append((d, level - deeper))
+            level, d = deeper, d + 1
+        if level:
+            levels.append((d, level))
+        best, exact = _INF, {}
+        state_of = load.state_of
+        for d, level in reversed(levels):  # deepest first: the cheapest prefill
+            low = cost(d, unit, 0, 0)  # the cost's part that is not load
+            for i in sorted(level, key=state_of.__getitem__):
+                s = state_of[i]
+                if (low + s[0]) * (1 - _REL) - _REL > best:
+                    break
+                w = load.workers[i]
+                if w.lags(now_us):
+                    w.sync(now_us)
+                    c = cost(w.kv.match(hashes, limit), unit, w.kv.used, w.pending_prefill)
+                else:
+                    c = cost(d, unit, s[1], s[2])
+                exact[i] = c
+                best = min(best, c)
+        load.refresh()
+        return cands, exact
+
+    def _among(self, cands: set[int], s: tuple[Any, ...], g: Group) -> list[int]:
+        """The candidates in group ``g`` (state ``s``), from the smaller side."""
+        if len(cands) <= len(g.members):
+            state_of = self._load.state_of
+            return [i for i in cands if state_of[i] == s]
+        return [i for i in g.members if i in cands]
+
+    def _scan_groups(
+        self, cands: set[int], exact: dict[int, float], cost: _Cost, unit: int, now_us: int
+    ) -> tuple[float, list[tuple[tuple[Any, ...], Group]]]:
+        """The lowest cost and the groups of non-candidates that have it.
+
+        Groups are visited in ascending key order while their key could reach the best cost;
+        a lagging non-candidate of such a group is synced (its key rises) and the walk restarts.
+        """
+        load = self._load
+        low = cost(0, unit, 0, 0)
+        cand_best = min(exact.values(), default=_INF)
+        while True:
+            best: float = cand_best
+            tied: list[tuple[tuple[Any, ...], Group]] = []
+            order, restart = load.order, False
+            for j in range(len(order)):
+                s = order[j]
+                if (low + s[0]) * (1 - _REL) - _REL > best:
+                    break
+                g = load.groups[s]
+                if cands and len(self._among(cands, s, g)) == len(g.members):
+                    continue  # candidates only: costed above
+                lag = [w for w in load.lagging(g, now_us) if w.index not in cands]
+                if lag:
+                    load.settle(lag, now_us)
+                    restart = True
+                    break
+                c = cost(0, unit, s[1], s[2])
+                if c < best:
+                    best, tied = c, [(s, g)]
+                elif c == best:
+                    tied.append((s, g))
+            if not restart:
+                return best, tied

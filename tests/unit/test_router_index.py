@@ -1,0 +1,180 @@
+"""The indexed routers pick exactly what scanning every worker picks, with the same draws.
+
+Two checks on seeded random clusters (tens to hundreds of workers, tiny KV pools that evict,
+idle workers tied by the hundred, shared prefixes, bursts, planners adding and draining
+workers, disaggregated pools with every decode router):
+
+* decision by decision: a checking router asks the indexed router, then the scan
+  (:mod:`dynosim.router.reference`) on the same workers with the same generator state, and
+  both answers and the generator states after them must be equal;
+* run by run: a whole simulation with the indexed routers and one with the scans give the
+  same per-request records, bit for bit (the scans sync every worker at every decision, the
+  indexed routers a few: syncing is exact whenever it happens).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dynosim import DeploymentConfig, Request, Simulation, simulation
+from dynosim.config import RouterName
+from dynosim.engine.state import RunningRequest
+from dynosim.engine.worker import EngineWorker
+from dynosim.perf.deployment import DeploymentPerf
+from dynosim.perf.linear import LinearStepTime
+from dynosim.router import (
+    ROUTERS,
+    KvAware,
+    KvAwareScan,
+    KvLoadScan,
+    LeastLoadedScan,
+    Router,
+    Stateless,
+)
+from dynosim.simulation import SimResult
+from tests.conftest import assert_workers_empty, make_requests
+
+
+def _scan(config: DeploymentConfig, rng: np.random.Generator, name: RouterName) -> Router:
+    if name == "least_loaded":
+        return LeastLoadedScan()
+    if name == "kv_load":
+        return KvLoadScan()
+    if name == "kv_aware":
+        kv = config.kv_router
+        return KvAwareScan(kv.overlap_weight, kv.temperature, rng)
+    return ROUTERS[name](config, rng)
+
+
+class Checked(Stateless):
+    """The indexed router's answer, asserted equal to the scan's on a share of decisions."""
+
+    def __init__(self, config: DeploymentConfig, rng: np.random.Generator, name: RouterName):
+        self.fast = ROUTERS[name](config, rng)
+        self.rng = rng
+        self.twin = np.random.default_rng()
+        self.scan = _scan(config, self.twin, name)
+        self.pick = random.Random(name)
+        self.checked = 0
+
+    def workers_changed(self) -> None:
+        self.fast.workers_changed()
+
+    def route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
+        before = self.rng.bit_generator.state
+        i = self.fast.route(rr, workers, now_us)
+        if self.pick.random() < 0.25:  # the scan syncs everything: leave lag to the index
+            self.twin.bit_generator.state = before
+            j = self.scan.route(rr, workers, now_us)
+            assert i == j, (now_us, i, j)
+            assert self.twin.bit_generator.state == self.rng.bit_generator.state
+            self.checked += 1
+        return i
+
+
+def _perf(cfg: DeploymentConfig, blocks: dict[str, int]) -> dict[str, DeploymentPerf]:
+    return {
+        name: DeploymentPerf(LinearStepTime(), blocks[name], gpu_hour_usd=1.0,
+                             kv_bytes_per_token=4096)
+        for name, _ in cfg.pools()
+    }  # fmt: skip
+
+
+def _cluster(n: int) -> tuple[DeploymentConfig, list[Request], dict[str, int]]:
+    """A random large cluster: many workers, small KV, shared prefixes, often a planner."""
+    r = random.Random(500 + n)
+    routers = ["least_loaded", "kv_aware", "kv_load"]
+    engine = {
+        "max_num_seqs": r.choice([2, 8, 64]),
+        "max_num_batched_tokens": r.choice([512, 2048]),
+        "block_size": r.choice([16, 64, 128]),
+    }
+    weight = r.choice([0.0, 1.0, 0.3, 7.0])
+    data: dict[str, Any] = {"model": "x", "gpu": "h200_sxm", "router": r.choice(routers),
+                            "kv_router": {"overlap_weight": weight}}  # fmt: skip
+    workers = r.choice([40, 120, 300])
+    if r.random() < 0.3:
+        data |= {
+            "mode": "disagg",
+            "prefill": {"workers": workers // 2, "engine": engine},
+            "decode": {"workers": workers // 2, "engine": engine},
+            "decode_router": r.choice(routers),
+            "max_local_prefill_tokens": r.choice([0, 600]),
+        }
+    else:
+        data |= {"workers": workers, "engine": engine}
+        if r.random() < 0.4:
+            data["planner"] = {"policy": "load", "adjustment_interval_s": 0.2,
+                               "metric_pulling_interval_s": 0.05, "startup_s": r.choice([0, 0.1]),
+                               "min_workers": 1, "max_workers": workers + 20,
+                               "kv_scale_up": 0.05, "kv_scale_down": 0.01,
+                               "queue_scale_up": 0.2, "queue_scale_down": 0.1}  # fmt: skip
+    cfg = DeploymentConfig.from_dict(data)
+    reqs = make_requests(
+        r.choice([300, 800]),
+        rate_rps=workers * r.choice([2, 10, 40]),
+        seed=n,
+        input_range=(1, r.choice([600, 2000])),
+        output_range=(1, r.choice([20, 200])),
+        groups=r.choice([2, 16, 64]),
+    )
+    if r.random() < 0.4:  # bursts: many requests at one instant
+        reqs = [replace(q, arrival_s=round(q.arrival_s, 1)) for q in reqs]
+    kv = r.choice([300, 1000, 5000]) * 16 // engine["block_size"]
+    return cfg, reqs, {name: kv for name, _ in cfg.pools()}
+
+
+def _run(cfg: DeploymentConfig, reqs: list[Request], blocks: dict[str, int]) -> SimResult:
+    sim = Simulation(cfg, reqs, perf=_perf(cfg, blocks))
+    res = sim.run()
+    assert_workers_empty(sim)
+    return res
+
+
+@pytest.mark.parametrize("n", range(24))
+def test_indexed_router_decides_as_the_scan(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg, reqs, blocks = _cluster(n)
+    made: list[Checked] = []
+
+    def checked(config: DeploymentConfig, rng: np.random.Generator, name: RouterName) -> Router:
+        made.append(Checked(config, rng, name))
+        return made[-1]
+
+    monkeypatch.setattr(simulation, "make_router", checked)
+    res = _run(cfg, reqs, blocks)
+    assert res.metrics.completed_requests > 0
+    assert sum(c.checked for c in made) > 25
+
+
+@pytest.mark.parametrize("n", range(24, 32))
+def test_indexed_runs_equal_scanning_runs(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg, reqs, blocks = _cluster(n)
+    fast = _run(cfg, reqs, blocks)
+    monkeypatch.setattr(simulation, "make_router", _scan)
+    slow = _run(cfg, reqs, blocks)
+    assert fast.records.equal(slow.records)
+    assert fast.metrics.scaling_events == slow.metrics.scaling_events
+
+
+def test_idle_ties_draw_over_every_tied_worker() -> None:
+    # 200 idle workers and a prompt nobody caches: every worker ties, and the draw (one
+    # integer over 200) must land where the scan's does, whatever the seed.
+    cfg = DeploymentConfig.from_dict({"model": "x", "gpu": "h200_sxm", "workers": 200,
+                                      "router": "kv_aware"})  # fmt: skip
+    for seed in range(20):
+        reqs = [Request(id=0, arrival_s=0.0, input_tokens=3000, output_tokens=5,
+                        block_hashes=(1, 2, 3, 4, 5, 6))]  # fmt: skip
+        sim = Simulation(cfg, reqs, perf=_perf(cfg, {"agg": 5000}), seed=seed)
+        router = sim.entry.router
+        assert isinstance(router, KvAware)
+        rr = RunningRequest(reqs[0], prefix_caching=True)
+        twin = np.random.default_rng()
+        twin.bit_generator.state = sim.rng.bit_generator.state
+        want = KvAwareScan(1.0, 0.0, twin).route(rr, sim.entry.active, 0)
+        assert router.route(rr, sim.entry.active, 0) == want
