@@ -15,10 +15,11 @@ import simpy
 from simpy.events import NORMAL
 
 from dynosim.config import EngineConfig, PoolName
+from dynosim.engine.batch import FinishCallback
 from dynosim.engine.kv_cache import PrefixKVCache
 from dynosim.engine.policies import VllmWorker
 from dynosim.engine.state import RunningRequest
-from dynosim.engine.worker import EngineWorker, FinishCallback, TokensCallback
+from dynosim.engine.worker import EngineWorker, TokensCallback
 from dynosim.router import Router
 from dynosim.timer import Timer
 
