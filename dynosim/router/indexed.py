@@ -17,7 +17,7 @@ same worker without listing them.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from itertools import pairwise
 from typing import Any
@@ -36,6 +36,9 @@ _REL = 1e-9
 few non-negative terms, so they differ by a few ulps (~1e-16 relative); a worker is skipped
 only when its key is further than this above the best cost."""
 
+
+SORT_MAX = 64
+"""Hit levels up to this size are sorted by state; larger ones are read off the load index."""
 
 _INF = float("inf")
 _Cost = Callable[[int, int, int, int], float]
@@ -194,7 +197,7 @@ class KvAware(_Indexed):
         state_of = load.state_of
         for d, level in reversed(levels):  # deepest first: the cheapest prefill
             low = cost(d, unit, 0, 0)  # the cost's part that is not load
-            for i in sorted(level, key=state_of.__getitem__):
+            for i in self._ascending(level):
                 s = state_of[i]
                 if (low + s[0]) * (1 - _REL) - _REL > best:
                     break
@@ -208,6 +211,23 @@ class KvAware(_Indexed):
                 best = min(best, c)
         load.refresh()
         return cands, exact
+
+    def _ascending(self, level: set[int]) -> Iterator[int]:
+        """The workers of ``level`` in ascending recorded state.
+
+        A small level is sorted; a large one (a prefix most workers cache, such as a shared
+        system prompt) is read off the load index's groups in order, so that the caller's
+        early stop leaves most of it unread instead of sorting it all.
+        """
+        load = self._load
+        if len(level) <= SORT_MAX:
+            yield from sorted(level, key=load.state_of.__getitem__)
+            return
+        groups = load.groups
+        for s in load.order:  # not changed while the caller reads (it syncs, then refreshes)
+            for i in groups[s].members:
+                if i in level:
+                    yield i
 
     def _among(self, cands: set[int], s: tuple[Any, ...], g: Group) -> list[int]:
         """The candidates in group ``g`` (state ``s``), from the smaller side."""

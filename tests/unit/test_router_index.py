@@ -36,6 +36,7 @@ from dynosim.router import (
     LeastLoadedScan,
     Router,
     Stateless,
+    indexed,
 )
 from dynosim.simulation import SimResult
 from tests.conftest import assert_workers_empty, make_requests
@@ -178,3 +179,10 @@ def test_idle_ties_draw_over_every_tied_worker() -> None:
         twin.bit_generator.state = sim.rng.bit_generator.state
         want = KvAwareScan(1.0, 0.0, twin).route(rr, sim.entry.active, 0)
         assert router.route(rr, sim.entry.active, 0) == want
+
+
+@pytest.mark.parametrize("n", range(0, 24, 3))
+def test_large_hit_levels_read_off_the_load_index(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same decisions when every hit level is walked through the load index, not sorted."""
+    monkeypatch.setattr(indexed, "SORT_MAX", 0)
+    test_indexed_router_decides_as_the_scan(n, monkeypatch)
