@@ -30,13 +30,9 @@ that of these held-out predictions: the error to expect on a configuration not f
 from dynosim.validation.calibrate.fit import (
     GENERATION_ROWS,
     SOURCE_HOST_ROWS,
-    STREAMING_GAIN,
-    STREAMING_GRID_US,
     BackendFit,
-    FitOptions,
     fit_backend,
     fit_generations,
-    fit_host,
     fit_theta,
     row_steps,
 )
@@ -52,14 +48,18 @@ from dynosim.validation.calibrate.linear import (
     step_calibration,
     theta_calibration,
 )
+from dynosim.validation.calibrate.options import FACTOR_BOUNDS, FACTOR_PRIOR, FitOptions
 from dynosim.validation.calibrate.profile import (
     calibrate,
     choose_clients,
     group_errors,
     mixed_design,
 )
+from dynosim.validation.calibrate.streaming import STREAMING_GAIN, STREAMING_GRID_US, fit_host
 
 __all__ = [
+    "FACTOR_BOUNDS",
+    "FACTOR_PRIOR",
     "GENERATION_ROWS",
     "PARAMS",
     "PROBES",

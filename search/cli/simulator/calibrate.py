@@ -54,6 +54,9 @@ def add_parser(p: argparse.ArgumentParser) -> None:
                    help="keep the host's streaming cost per output token at 0")  # fmt: skip
     p.add_argument("--factor-prior", type=float, default=0.3,
                    help="weight of the prior 'kernel factor = 1' (default 0.3)")  # fmt: skip
+    p.add_argument("--factor-bounds", type=float, nargs=2, metavar=("LOW", "HIGH"),
+                   help="range the fitted kernel factors are kept in (default 0.5 2, their "
+                   "physical range: see dynosim.validation.calibrate.options)")  # fmt: skip
     p.add_argument("--ttft-weight", type=float, default=1.0,
                    help="weight of TTFT against TPOT in the fit (default 1)")  # fmt: skip
     p.add_argument("--rounds", type=int, default=4,
@@ -68,13 +71,16 @@ def run(args: argparse.Namespace) -> int:
     """Fit, print the errors, write the profile."""
     from dynosim.checks import integer, number
     from dynosim.perf.calibration import load_profile
-    from dynosim.validation.calibrate import FitOptions, calibrate
+    from dynosim.validation.calibrate import FACTOR_BOUNDS, FitOptions, calibrate
+    from dynosim.validation.calibrate.options import check_factor_bounds
     from dynosim.validation.measurements import check_replay, read_measurements
     from dynosim.workload.limits import MAX_CLIENTS, MAX_FIT_WEIGHT, MAX_ROUNDS
 
     for name in ("factor_prior", "ttft_weight"):  # a weight of the least-squares fit
         number(f"--{name.replace('_', '-')}", getattr(args, name), 0, MAX_FIT_WEIGHT)
     integer("--rounds", args.rounds, 1, MAX_ROUNDS)
+    bounds = tuple(args.factor_bounds) if args.factor_bounds else FACTOR_BOUNDS
+    check_factor_bounds("--factor-bounds", bounds)
     if args.concurrency is not None:
         integer("--concurrency", args.concurrency, 1, MAX_CLIENTS)
     start = load_profile(args.start)
@@ -87,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     check_replay(rows, args.rounds)
     opts = FitOptions(fit_factors=not args.no_factors, fit_host=not args.no_host,
                       ttft_weight=args.ttft_weight, factor_prior=args.factor_prior,
-                      fit_streaming=not args.no_streaming)  # fmt: skip
+                      fit_streaming=not args.no_streaming, factor_bounds=bounds)  # fmt: skip
     console = make_console()
     with console.status("replaying the probes...") as status:
 
@@ -163,24 +169,28 @@ def _figures(fits: list[Any]) -> dict[str, dict[str, Any]]:
     return figures
 
 
-FACTOR_RANGE = (0.5, 2.0)
-"""Kernel factors outside this range say the kernel data or the replay is off, not the engine."""
-
-
 def factor_warnings(profile: Any, backends: list[str]) -> list[str]:
-    """One line per fitted kernel factor outside :data:`FACTOR_RANGE`."""
-    lo, hi = FACTOR_RANGE
+    """One line per kernel factor (a backend's or a GPU generation's) outside the physical range.
+
+    That is :data:`~dynosim.validation.calibrate.options.FACTOR_BOUNDS` (the fit keeps to it
+    unless ``--factor-bounds`` widens it): beyond it the kernel data or the replay is off, not
+    the engine.
+    """
+    from dynosim.validation.calibrate import FACTOR_BOUNDS
+
+    lo, hi = FACTOR_BOUNDS
     out = []
     for backend in backends:
-        step = profile.backend(backend).step
-        for name in ("prefill", "decode"):
-            value = float(getattr(step, name))
-            if not lo <= value <= hi:
-                out.append(
-                    f"{backend}: fitted {name} kernel factor {value:.3g} is outside "
-                    f"[{lo:g}, {hi:g}]: the step times are being stretched rather than "
-                    "explained; check the measurements' client, GPU and engine flags"
-                )
+        cal = profile.backend(backend)
+        for where, step in (("", cal.step), *((f" ({g})", s) for g, s in cal.generations.items())):
+            for name in ("prefill", "decode"):
+                value = float(getattr(step, name))
+                if not lo <= value <= hi:
+                    out.append(
+                        f"{backend}{where}: fitted {name} kernel factor {value:.3g} is outside "
+                        f"[{lo:g}, {hi:g}]: the step times are being stretched rather than "
+                        "explained; check the measurements' client, GPU and engine flags"
+                    )
     return out
 
 
@@ -207,6 +217,8 @@ def _command(args: argparse.Namespace) -> str:
     for flag in ("no_factors", "no_host", "no_streaming"):
         words += [f"--{flag.replace('_', '-')}"] if getattr(args, flag) else []
     words += ["--factor-prior", f"{args.factor_prior:g}", "--ttft-weight", f"{args.ttft_weight:g}"]
+    if args.factor_bounds:
+        words += ["--factor-bounds", *(f"{b:g}" for b in args.factor_bounds)]
     return " ".join(map(shlex.quote, words))
 
 
