@@ -49,6 +49,25 @@ def test_the_shipped_default_profile_loads_and_names_what_it_was_fitted_on() -> 
     assert p.sigma("trtllm", "itl") == p.sigma("trtllm", "tpot")
 
 
+def test_the_shipped_profile_is_fitted_on_the_calibration_set_with_a_vllm_section() -> None:
+    """Issue 19: every backend (vLLM too) fitted on the 11 calibration groups, factors in range."""
+    from dynosim.validation.calibrate import FACTOR_BOUNDS
+    from dynosim.validation.silicon import CALIBRATION_GROUPS
+
+    p = load_profile()
+    assert sorted(p.fitted_on["groups"]) == sorted("/".join(g) for g in CALIBRATION_GROUPS)
+    lo, hi = FACTOR_BOUNDS
+    for backend in ("trtllm", "sglang", "vllm"):
+        b = p.backend(backend)
+        assert set(b.sigma) == {"ttft", "tpot"}, backend  # fitted: a held-out spread
+        for step in (b.step, *b.generations.values()):
+            assert lo <= step.decode <= step.prefill <= hi, (backend, step)
+    vllm = p.backend("vllm")
+    assert set(vllm.generations) == {"hopper", "blackwell"}  # it has rows of both
+    assert vllm.step_for("b200_sxm") == vllm.generations["blackwell"]
+    assert vllm.step_for("h200_sxm") == vllm.generations["hopper"]
+
+
 def test_a_source_overrides_the_backend_host_field_by_field_and_round_trips(
     tmp_path: Path,
 ) -> None:
