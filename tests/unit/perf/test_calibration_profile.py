@@ -220,3 +220,12 @@ def test_a_profile_without_per_token_or_factors_keeps_the_plain_model() -> None:
     assert step_calibration(d) == StepCalibration(base_us=10.0)
     m = CalibratedStepTime(inner, StepCalibration(base_us=7.0), FrameworkOverhead(7.0))
     assert m.step_us([(10, 0)], 2, 20) == inner.step_us([(10, 0)], 2, 20)
+
+
+def test_an_unknown_field_with_a_newline_is_named_on_one_line(tmp_path: Path) -> None:
+    """Found by tests/fuzz/test_fuzz_added.py on the refitted profile: a key "\\n"."""
+    path = _write(tmp_path, 'version: 1\n"\\n": 1\nbackends: {}\n')
+    with pytest.raises(ConfigError) as err:
+        load_profile(path)
+    assert "\n" not in str(err.value)
+    assert "(unknown: '\\n')" in str(err.value)
