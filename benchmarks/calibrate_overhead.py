@@ -14,8 +14,9 @@ and GPU generation):
 Rows that record no client (AIConfigurator's own files) are replayed with the client model
 that explains each file best (closed loop, InferenceX's client, or ``queued``); InferenceX rows
 with their recorded client. Per backend the step overhead, kernel factors (per GPU generation
-where a generation has enough rows of two configurations or more, else the backend's), host
-delays and streaming cost are fitted by least squares on the simulator's own step schedule,
+where a generation has enough rows of two configurations or more, else the backend's; the
+kernel factors kept in their physical range 0.5 to 2), host delays and streaming cost are
+fitted by least squares on the simulator's own step schedule,
 and the fit prints TTFT/TPOT per group before, after and leave-one-configuration-out. Every
 other row is held out (``benchmarks/fidelity.py``).
 

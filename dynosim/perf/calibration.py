@@ -280,7 +280,10 @@ def _section(where: str, name: str, data: object, keys: tuple[str, ...]) -> dict
     unknown = sorted(set(map(str, data)) - set(keys))
     if unknown:
         raise ConfigError(
-            "calibration", where, f"{name} fields {', '.join(keys)} (unknown: {unknown[0]})"
+            "calibration",
+            where,
+            f"{name} fields {', '.join(keys)} (unknown: "
+            f"{unknown[0] if unknown[0].isprintable() else repr(unknown[0])})",  # one line
         )
     return dict(data)
 

@@ -17,10 +17,11 @@ e.g. 1 ms per step and nothing else; 10x the prefill chunks' share; 10x the kern
 sums exactly that term over the steps each measured request spent waiting and decoding. The
 host columns are the mean input length and 1.
 
-Per backend, ``scipy.optimize.least_squares`` (bounded below by 0, ``soft_l1`` loss so a few
-rows far off do not dominate) minimises the relative errors ``A theta / measured - 1`` of TTFT
-and TPOT, with a weak prior pulling both kernel factors to 1 (they are only moved when the
-data ask for it). The fit is checked by re-simulating every row with the fitted profile.
+Per backend, ``scipy.optimize.least_squares`` (overheads and delays bounded below by 0, the
+kernel factors kept in their physical range :data:`~.options.FACTOR_BOUNDS`, ``soft_l1`` loss
+so a few rows far off do not dominate) minimises the relative errors ``A theta / measured - 1``
+of TTFT and TPOT, with a weak prior pulling both kernel factors to 1 (they are only moved when
+the data ask for it). The fit is checked by re-simulating every row with the fitted profile.
 Leave-one-configuration-out: a configuration is one (model, GPU, backend, TP); each is
 predicted (through ``A``) by the fit on the backend's other configurations, and the residual
 spread ``sigma`` (standard deviation of ``log(simulated / measured)``) written to the profile is
@@ -30,13 +31,9 @@ that of these held-out predictions: the error to expect on a configuration not f
 from dynosim.validation.calibrate.fit import (
     GENERATION_ROWS,
     SOURCE_HOST_ROWS,
-    STREAMING_GAIN,
-    STREAMING_GRID_US,
     BackendFit,
-    FitOptions,
     fit_backend,
     fit_generations,
-    fit_host,
     fit_theta,
     row_steps,
 )
@@ -52,14 +49,18 @@ from dynosim.validation.calibrate.linear import (
     step_calibration,
     theta_calibration,
 )
+from dynosim.validation.calibrate.options import FACTOR_BOUNDS, FACTOR_PRIOR, FitOptions
 from dynosim.validation.calibrate.profile import (
     calibrate,
     choose_clients,
     group_errors,
     mixed_design,
 )
+from dynosim.validation.calibrate.streaming import STREAMING_GAIN, STREAMING_GRID_US, fit_host
 
 __all__ = [
+    "FACTOR_BOUNDS",
+    "FACTOR_PRIOR",
     "GENERATION_ROWS",
     "PARAMS",
     "PROBES",

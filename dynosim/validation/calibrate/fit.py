@@ -1,24 +1,23 @@
-"""Least-squares fits of the linear model, per backend, and of the host's streaming cost.
+"""Least-squares fits of the linear model, per backend and per GPU generation.
 
 :func:`fit_theta` fits ``theta`` on some rows of a :class:`~.linear.Design` (the step terms and
-the host delays, per measurement file when it is big enough: :data:`SOURCE_HOST_ROWS`);
-:func:`fit_backend` fits all rows and leaves each configuration out in turn; :func:`fit_host`
-adds the host's streaming cost per output token, which is not linear and is found by
-re-simulating on a grid (:data:`STREAMING_GRID_US`).
+the host delays, per measurement file when it is big enough: :data:`SOURCE_HOST_ROWS`), with
+the kernel factors kept in :data:`~.options.FACTOR_BOUNDS`; :func:`fit_backend` fits all rows
+and leaves each configuration out in turn. The host's streaming cost is :mod:`.streaming`'s.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 from scipy.optimize import least_squares
 
-from dynosim.perf.calibration import BackendCalibration, HostCalibration, gpu_generation
+from dynosim.perf.calibration import gpu_generation
 from dynosim.validation.calibrate.linear import (
     F64,
     PARAMS,
@@ -27,51 +26,18 @@ from dynosim.validation.calibrate.linear import (
     host_matrix,
     predict,
 )
+from dynosim.validation.calibrate.options import FACTOR_PRIOR, FitOptions
 from dynosim.validation.measurement import Measurement
-from dynosim.validation.validate import replay
 
 __all__ = [
     "GENERATION_ROWS",
     "SOURCE_HOST_ROWS",
-    "STREAMING_GAIN",
-    "STREAMING_GRID_US",
     "BackendFit",
-    "FitOptions",
     "fit_backend",
     "fit_generations",
-    "fit_host",
     "fit_theta",
     "row_steps",
 ]
-
-FACTOR_PRIOR = {3: 0.0, 4: 1.0}
-"""What the prior pulls the kernel-factor parameters to: prefill = decode = 1."""
-
-
-@dataclass(frozen=True, slots=True)
-class FitOptions:
-    """What the fit may move and how it weighs the metrics.
-
-    Attributes:
-        fit_factors: Fit the per-phase kernel factors (else they stay 1).
-        fit_host: Fit the host per-request cost (else it stays 0).
-        ttft_weight: Weight of the TTFT equations (TPOT has 1).
-        factor_prior: Weight of the prior ``factor = 1`` (one pseudo-equation per factor).
-        fit_streaming: Also fit the host's streaming cost per output token
-            (:func:`fit_host`; only with ``fit_host``).
-        source_hosts: Fit host delays per measurement file (:func:`fit_host`; only with
-            ``fit_host``).
-        generations: Fit step terms per GPU generation where the rows support it
-            (:func:`fit_generations`).
-    """
-
-    fit_factors: bool = True
-    fit_host: bool = True
-    ttft_weight: float = 1.0
-    factor_prior: float = 3.0
-    fit_streaming: bool = True
-    source_hosts: bool = True
-    generations: bool = True
 
 
 def fit_theta(
@@ -141,28 +107,75 @@ def fit_theta(
     if prior_rows:
         a = np.vstack([a, np.array(prior_rows)])
         b = np.concatenate([b, np.array(prior_b)])
-    b = b - a[:, ~free] @ fixed[~free]
-    a_free = a[:, free]
-    # Solve for z = theta * scale, whose columns have comparable size (us and factors mix).
-    scale = np.maximum(np.abs(a_free).max(axis=0), 1e-12)
-    a_scaled = a_free / scale
-    res = least_squares(
-        lambda z: a_scaled @ z - b,
-        x0=(fixed[free] + 0.1) * scale,
-        jac=lambda z: a_scaled,
-        bounds=(0.0, np.inf),
-        loss="soft_l1",
-        f_scale=0.1,
-        method="trf",
-    )
-    theta = fixed.copy()
-    theta[free] = res.x / scale
+    factors = [j * k + 3 for j in range(n_slots) if free[j * k + 4]]
+    theta = _bounded(a, b, free, fixed, factors, opts.factor_bounds)
     rest = np.abs(att[idx, 5:7]).any(axis=1).sum()
     if own and opts.fit_host and rest < SOURCE_HOST_ROWS:
         full = spread(att[idx])
         engine = full @ theta - full[:, h0:] @ theta[h0:]
         theta[h0 : h0 + 2] = _host_delays(engine, d.ttft[idx, 6] * 1e3, d.measured_ttft[idx],
                                           opts.ttft_weight)  # fmt: skip
+    return theta
+
+
+def _solve(a: F64, b: F64, free: npt.NDArray[np.bool_], fixed: F64, lower: F64, upper: F64) -> F64:
+    """``theta`` minimising the robust loss of ``a theta - b``, its free entries in bounds."""
+    b = b - a[:, ~free] @ fixed[~free]
+    a_free = a[:, free]
+    # Solve for z = theta * scale, whose columns have comparable size (us and factors mix).
+    scale = np.maximum(np.abs(a_free).max(axis=0), 1e-12)
+    a_scaled = a_free / scale
+    lo, hi = lower[free], upper[free]
+    res = least_squares(
+        lambda z: a_scaled @ z - b,
+        x0=np.clip(fixed[free] + 0.1, lo, hi) * scale,
+        jac=lambda z: a_scaled,
+        bounds=(lo * scale, hi * scale),
+        loss="soft_l1",
+        f_scale=0.1,
+        method="trf",
+    )
+    theta = fixed.copy()
+    theta[free] = res.x / scale
+    return theta
+
+
+def _bounded(
+    a: F64,
+    b: F64,
+    free: npt.NDArray[np.bool_],
+    fixed: F64,
+    factors: Sequence[int],
+    bounds: tuple[float, float],
+) -> F64:
+    """:func:`_solve`, each slot's kernel factors in ``bounds`` (:data:`~.options.FACTOR_BOUNDS`).
+
+    ``factors``: the index of each fitted slot's ``prefill - decode`` (its ``decode`` follows).
+    Every other free entry is at least 0. ``decode`` in ``[low, high]`` and ``prefill - decode``
+    in ``[0, high - low]`` are box bounds; ``prefill <= high`` is not. The loss is convex, so
+    where the box's optimum has ``prefill > high`` that constraint is active at the optimum:
+    the slot is solved again with ``prefill = high`` (``high * K_prefill`` moved to ``b`` and
+    ``decode`` multiplying the rest of the kernel time, ``K - K_prefill``) until no slot is
+    above it.
+    """
+    lo, hi = bounds
+    lower, upper = np.zeros(len(fixed)), np.full(len(fixed), np.inf)
+    for q in factors:
+        upper[q] = hi - lo
+        lower[q + 1], upper[q + 1] = lo, hi
+    a, free, fixed = a.copy(), free.copy(), fixed.copy()
+    pinned: list[int] = []
+    while True:
+        theta = _solve(a, b, free, fixed, lower, upper)
+        over = [q for q in factors if q not in pinned and theta[q] + theta[q + 1] > hi * (1 + 1e-9)]
+        if not over:
+            break
+        for q in over:  # prefill = high: K_prefill's column times high goes to the fixed part
+            a[:, q + 1] -= a[:, q]
+            free[q], fixed[q] = False, hi
+            pinned.append(q)
+    for q in pinned:  # back to prefill - decode
+        theta[q] = hi - theta[q + 1]
     return theta
 
 
@@ -300,14 +313,6 @@ def fit_backend(d: Design, backend: str, before: F64, opts: FitOptions) -> Backe
     return BackendFit(backend, d, theta, before, loo_t, loo_p, own=own, generations=gens)
 
 
-STREAMING_GRID_US = (0.0, 30.0, 60.0, 75.0, 90.0, 105.0, 120.0, 150.0)
-"""Streaming costs per output token :func:`fit_streaming` tries (microseconds of one process;
-the module docstring of :mod:`dynosim.host` has the published figures, 60-100 us)."""
-STREAMING_GAIN = 0.005
-"""How much smaller (TTFT + TPOT mean absolute relative error) a streaming cost must make the
-fit to be kept: rows whose token rates never load the host leave it unidentified at 0."""
-
-
 def _host_delays(engine_ttft: F64, isl: F64, measured: F64, weight: float) -> tuple[float, float]:
     """The per-request host delay ``(request_us, input_token_us)`` that best fits the TTFT.
 
@@ -338,104 +343,3 @@ def _own_sources(rows: Sequence[Measurement]) -> list[str]:
             configs[m.source].add((m.model, m.gpu, m.backend, m.tp))
             counts[m.source] += 1
     return sorted(s for s in counts if counts[s] >= SOURCE_HOST_ROWS and len(configs[s]) > 1)
-
-
-def _delays(
-    t: F64,
-    isl: F64,
-    real: F64,
-    sources: list[str | None],
-    own: list[str],
-    keep: npt.NDArray[np.bool_],
-    weight: float,
-) -> tuple[F64, F64]:
-    """Host delays fitted on the rows ``keep``, as :func:`fit_theta` fits them.
-
-    Returns the delay of every row (ms) and the delays in the order of ``theta[5:]``: the
-    backend's (from the rows of no own source, or all of ``keep`` when they are fewer than
-    :data:`SOURCE_HOST_ROWS`), then each own source's.
-    """
-    src = np.array([s or "" for s in sources], dtype=object)
-    theirs = np.isin(src, own) if own else np.zeros(len(src), dtype=bool)
-    rest = keep & ~theirs
-    base = rest if rest.sum() >= SOURCE_HOST_ROWS or not own else keep
-    pairs = [_host_delays(t[base], isl[base], real[base], weight)]
-    for s in own:
-        idx = keep & (src == s)
-        pairs.append(_host_delays(t[idx], isl[idx], real[idx], weight) if idx.any() else pairs[0])
-    where = {s: j + 1 for j, s in enumerate(own)}
-    per_row = np.array([pairs[where.get(s or "", 0)] for s in sources]).reshape(-1, 2)
-    delay = (per_row[:, 0] + per_row[:, 1] * isl) * 1e-3
-    return delay, np.array(pairs).ravel()
-
-
-def fit_host(
-    f: BackendFit,
-    cal: BackendCalibration,
-    *,
-    rounds: int = 4,
-    timing: str = "aic",
-    opts: FitOptions | None = None,
-    grid: Sequence[float] = STREAMING_GRID_US,
-    progress: Callable[[int, int], None] | None = None,
-) -> BackendFit:
-    """The host's streaming cost per output token.
-
-    A server streams every output token through its own process (one by default: vLLM's API
-    server, SGLang's tokenizer manager, ``trtllm-serve`` without post-processing workers). At
-    high token rates that process saturates and every token waits behind the others, which in a
-    closed loop holds back the next requests: TTFT grows far beyond the engine's, TPOT follows
-    the process's pace. That is not linear in any parameter, so it is fitted outside the
-    design: with the fitted step calibration, each row (of the own sources ``f.own``, whose
-    cost it becomes: the server build is the campaign's; without own sources every row, for the
-    backend) is simulated at every cost of ``grid`` (the host's queue in the simulation,
-    :mod:`dynosim.host`), the per-request delays (the backend's and each own source's,
-    ``f.own``) are refitted to the TTFT so obtained (:func:`_delays`), and the cost whose TTFT
-    + TPOT mean absolute relative error is smallest is kept if it beats 0 by
-    :data:`STREAMING_GAIN` (``opts.fit_streaming`` off: ``f`` as it is). The held-out
-    predictions move by what the streaming and the delays change in each row, the delays
-    refitted without the row's configuration.
-    """
-    opts = opts or FitOptions()
-    d = f.design
-    isl = d.ttft[:, 6] * 1e3
-    real_t, real_p = d.measured_ttft, d.measured_tpot
-    sources: list[str | None] = [m.source if m.client is None else None for m in d.rows]
-    everything = np.ones(len(d.rows), dtype=bool)
-    costs = [a for a in grid if a == 0.0 or opts.fit_streaming]
-    if len(costs) < 2:
-        return f
-    streamed = [s in f.own for s in sources] if f.own else [True] * len(d.rows)
-    runs: dict[float, tuple[F64, F64, float]] = {}
-    for k, a in enumerate(costs):
-        t, p = np.empty(len(d.rows)), np.empty(len(d.rows))
-        for i, m in enumerate(d.rows):
-            stream = HostCalibration(output_token_us=a if streamed[i] else 0.0)
-            r = replay(m, rounds=rounds, timing=timing, step=cal.step_for(m.gpu), host=stream,
-                       unrecorded_client=cal.client_for(m.source))  # fmt: skip
-            t[i], p[i] = r.ttft_ms, r.tpot_ms
-        if progress is not None:
-            progress(k + 1, len(costs))
-        if not (np.isfinite(t).all() and np.isfinite(p).all()):
-            continue
-        delay, _ = _delays(t, isl, real_t, sources, f.own, everything, opts.ttft_weight)
-        error = float(np.abs((t + delay) / real_t - 1).mean() + np.abs(p / real_p - 1).mean())
-        runs[a] = (t, p, error)
-    if 0.0 not in runs:
-        return f
-    best = min(runs, key=lambda a: runs[a][2])
-    if best == 0.0 or runs[best][2] > runs[0.0][2] - STREAMING_GAIN:
-        return f
-    t, p, _ = runs[best]
-    t0, p0, _ = runs[0.0]
-    theta = f.theta.copy()
-    linear_host = host_matrix(d, f.own)[:, 5:] @ theta[5:]
-    _, theta[5:] = _delays(t, isl, real_t, sources, f.own, everything, opts.ttft_weight)
-    loo_delay = np.empty(len(d.rows))
-    for out in _configurations(d):
-        keep = ~out if (~out).any() else everything
-        delay, _ = _delays(t, isl, real_t, sources, f.own, keep, opts.ttft_weight)
-        loo_delay[out] = delay[out]
-    loo_t = f.loo_ttft - linear_host + (t - t0) + loo_delay
-    return BackendFit(f.backend, d, theta, f.before, loo_t, f.loo_tpot + (p - p0),
-                      output_token_us=best, own=f.own, generations=f.generations)  # fmt: skip

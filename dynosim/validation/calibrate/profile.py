@@ -22,7 +22,7 @@ from dynosim.perf.calibration import (
     CalibrationProfile,
     SourceCalibration,
 )
-from dynosim.validation.calibrate.fit import BackendFit, FitOptions, fit_backend, fit_host
+from dynosim.validation.calibrate.fit import BackendFit, fit_backend
 from dynosim.validation.calibrate.linear import (
     F64,
     PARAMS,
@@ -32,6 +32,8 @@ from dynosim.validation.calibrate.linear import (
     step_calibration,
     theta_calibration,
 )
+from dynosim.validation.calibrate.options import FitOptions
+from dynosim.validation.calibrate.streaming import fit_host
 from dynosim.validation.measurement import Measurement
 
 __all__ = ["calibrate", "choose_clients", "group_errors", "mixed_design"]

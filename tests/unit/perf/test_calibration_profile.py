@@ -49,6 +49,25 @@ def test_the_shipped_default_profile_loads_and_names_what_it_was_fitted_on() -> 
     assert p.sigma("trtllm", "itl") == p.sigma("trtllm", "tpot")
 
 
+def test_the_shipped_profile_is_fitted_on_the_calibration_set_with_a_vllm_section() -> None:
+    """Issue 19: every backend (vLLM too) fitted on the 11 calibration groups, factors in range."""
+    from dynosim.validation.calibrate import FACTOR_BOUNDS
+    from dynosim.validation.silicon import CALIBRATION_GROUPS
+
+    p = load_profile()
+    assert sorted(p.fitted_on["groups"]) == sorted("/".join(g) for g in CALIBRATION_GROUPS)
+    lo, hi = FACTOR_BOUNDS
+    for backend in ("trtllm", "sglang", "vllm"):
+        b = p.backend(backend)
+        assert set(b.sigma) == {"ttft", "tpot"}, backend  # fitted: a held-out spread
+        for step in (b.step, *b.generations.values()):
+            assert lo <= step.decode <= step.prefill <= hi, (backend, step)
+    vllm = p.backend("vllm")
+    assert set(vllm.generations) == {"hopper", "blackwell"}  # it has rows of both
+    assert vllm.step_for("b200_sxm") == vllm.generations["blackwell"]
+    assert vllm.step_for("h200_sxm") == vllm.generations["hopper"]
+
+
 def test_a_source_overrides_the_backend_host_field_by_field_and_round_trips(
     tmp_path: Path,
 ) -> None:
@@ -201,3 +220,12 @@ def test_a_profile_without_per_token_or_factors_keeps_the_plain_model() -> None:
     assert step_calibration(d) == StepCalibration(base_us=10.0)
     m = CalibratedStepTime(inner, StepCalibration(base_us=7.0), FrameworkOverhead(7.0))
     assert m.step_us([(10, 0)], 2, 20) == inner.step_us([(10, 0)], 2, 20)
+
+
+def test_an_unknown_field_with_a_newline_is_named_on_one_line(tmp_path: Path) -> None:
+    """Found by tests/fuzz/test_fuzz_added.py on the refitted profile: a key "\\n"."""
+    path = _write(tmp_path, 'version: 1\n"\\n": 1\nbackends: {}\n')
+    with pytest.raises(ConfigError) as err:
+        load_profile(path)
+    assert "\n" not in str(err.value)
+    assert "(unknown: '\\n')" in str(err.value)
