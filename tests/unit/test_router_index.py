@@ -186,3 +186,33 @@ def test_large_hit_levels_read_off_the_load_index(n: int, monkeypatch: pytest.Mo
     """The same decisions when every hit level is walked through the load index, not sorted."""
     monkeypatch.setattr(indexed, "SORT_MAX", 0)
     test_indexed_router_decides_as_the_scan(n, monkeypatch)
+
+
+def test_pools_crossing_the_scan_size_route_as_the_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kv_aware scans pools of at most SCAN_MAX workers and indexes larger ones: a planner that
+    grows a pool across the line and drains it back switches between the two, same records."""
+    cfg = DeploymentConfig.from_dict({
+        "model": "x", "gpu": "h200_sxm", "router": "kv_aware", "workers": 2,
+        "engine": {"max_num_seqs": 8, "max_num_batched_tokens": 512, "block_size": 16},
+        "planner": {"policy": "load", "adjustment_interval_s": 0.2,
+                    "metric_pulling_interval_s": 0.05, "startup_s": 0.05, "min_workers": 1,
+                    "max_workers": 60, "kv_scale_up": 0.05, "kv_scale_down": 0.01,
+                    "queue_scale_up": 0.2, "queue_scale_down": 0.1},
+    })  # fmt: skip
+    reqs = make_requests(1500, rate_rps=400, seed=7, input_range=(1, 2000),
+                         output_range=(1, 100), groups=8)  # fmt: skip
+    blocks = {"agg": 300}
+    sizes: set[int] = set()
+    route = indexed.KvAware.route
+
+    def counted(self: KvAware, rr: RunningRequest, ws: Sequence[EngineWorker], now: int) -> int:
+        sizes.add(len(ws))
+        return route(self, rr, ws, now)
+
+    monkeypatch.setattr(indexed.KvAware, "route", counted)
+    fast = _run(cfg, reqs, blocks)
+    assert min(sizes) <= indexed.SCAN_MAX < max(sizes)  # both ways of routing were used
+    monkeypatch.setattr(simulation, "make_router", _scan)
+    slow = _run(cfg, reqs, blocks)
+    assert fast.records.equal(slow.records)
+    assert fast.metrics.scaling_events == slow.metrics.scaling_events
