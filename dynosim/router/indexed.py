@@ -28,7 +28,7 @@ from dynosim.engine.state import RunningRequest
 from dynosim.engine.worker import EngineWorker
 from dynosim.router.base import kv_cost
 from dynosim.router.index import BlockIndex, Group, LoadIndex, kth
-from dynosim.router.reference import KvAwareScan
+from dynosim.router.reference import KvAwareScan, KvLoadScan, LeastLoadedScan
 from dynosim.types import HASH_BLOCK_TOKENS
 
 _REL = 1e-9
@@ -38,9 +38,11 @@ only when its key is further than this above the best cost."""
 
 
 SCAN_MAX = 16
-"""kv_aware scans pools up to this size (the same picks and draws; keeping the indexes costs
-more than reading a few workers: 8 workers on the Mooncake trace, 0.145 ms a request scanning,
-0.178 ms indexed). A pool that grows past it (a planner) starts the indexes from its state."""
+"""Every router here scans pools up to this size (the same picks and draws; keeping the indexes
+costs more than reading a few workers: kv_aware on 8 workers of the Mooncake trace, 0.145 ms a
+request scanning, 0.178 ms indexed; least_loaded as the decode router of 4 + 4 disaggregated
+workers, 105 us a decision indexed, most of it re-reading the workers' load after every decode
+step). A pool that grows past it (a planner) starts the indexes from its state."""
 
 SORT_MAX = 64
 """Hit levels up to this size are sorted by state; larger ones are read off the load index."""
@@ -88,14 +90,19 @@ class LeastLoaded(_Indexed):
 
     As the scan (:class:`~dynosim.router.reference.LeastLoadedScan`) it syncs nothing when one
     worker has the fewest requests, else it brings up to date the tied workers whose KV could
-    still decide (the scan syncs them all: the others' syncs change nothing observable).
+    still decide (the scan syncs them all: the others' syncs change nothing observable). A pool
+    of at most :data:`SCAN_MAX` workers is scanned.
     """
+
+    _scan = LeastLoadedScan()
 
     def _state(self, w: EngineWorker) -> tuple[Any, ...]:
         return (w.outstanding, w.kv_load_blocks)
 
     def route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
         """Least-loaded worker."""
+        if len(workers) <= SCAN_MAX:
+            return self._scan.route(rr, workers, now_us)
         self._prepare(workers)
         load = self._load
         s = load.order[0]
@@ -110,14 +117,19 @@ class KvLoad(_Indexed):
     """The worker with the fewest active KV blocks: held, queued and arriving by transfer.
 
     Dynamo's KV router with the prefix-overlap term off, as it routes to decode workers
-    (their caches hold no prompt to reuse); ties go to the lowest index.
+    (their caches hold no prompt to reuse); ties go to the lowest index. A pool of at most
+    :data:`SCAN_MAX` workers is scanned.
     """
+
+    _scan = KvLoadScan()
 
     def _state(self, w: EngineWorker) -> tuple[Any, ...]:
         return (w.kv_load_blocks,)
 
     def route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
         """Least KV-loaded worker."""
+        if len(workers) <= SCAN_MAX:
+            return self._scan.route(rr, workers, now_us)
         self._prepare(workers)
         _, g = self._load.settled_first(now_us)
         return self._pick(workers, g.members[0])

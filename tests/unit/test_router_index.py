@@ -188,11 +188,19 @@ def test_large_hit_levels_read_off_the_load_index(n: int, monkeypatch: pytest.Mo
     test_indexed_router_decides_as_the_scan(n, monkeypatch)
 
 
-def test_pools_crossing_the_scan_size_route_as_the_scan(monkeypatch: pytest.MonkeyPatch) -> None:
-    """kv_aware scans pools of at most SCAN_MAX workers and indexes larger ones: a planner that
-    grows a pool across the line and drains it back switches between the two, same records."""
+@pytest.mark.parametrize(
+    ("router", "cls"),
+    [("kv_aware", indexed.KvAware), ("least_loaded", indexed.LeastLoaded),
+     ("kv_load", indexed.KvLoad)],
+)  # fmt: skip
+def test_pools_crossing_the_scan_size_route_as_the_scan(
+    router: str, cls: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The indexed routers scan pools of at most SCAN_MAX workers and index larger ones: a
+    planner that grows a pool across the line and drains it back switches between the two,
+    same records."""
     cfg = DeploymentConfig.from_dict({
-        "model": "x", "gpu": "h200_sxm", "router": "kv_aware", "workers": 2,
+        "model": "x", "gpu": "h200_sxm", "router": router, "workers": 2,
         "engine": {"max_num_seqs": 8, "max_num_batched_tokens": 512, "block_size": 16},
         "planner": {"policy": "load", "adjustment_interval_s": 0.2,
                     "metric_pulling_interval_s": 0.05, "startup_s": 0.05, "min_workers": 1,
@@ -203,13 +211,13 @@ def test_pools_crossing_the_scan_size_route_as_the_scan(monkeypatch: pytest.Monk
                          output_range=(1, 100), groups=8)  # fmt: skip
     blocks = {"agg": 300}
     sizes: set[int] = set()
-    route = indexed.KvAware.route
+    route = cls.route
 
-    def counted(self: KvAware, rr: RunningRequest, ws: Sequence[EngineWorker], now: int) -> int:
+    def counted(self: object, rr: RunningRequest, ws: Sequence[EngineWorker], now: int) -> int:
         sizes.add(len(ws))
-        return route(self, rr, ws, now)
+        return int(route(self, rr, ws, now))
 
-    monkeypatch.setattr(indexed.KvAware, "route", counted)
+    monkeypatch.setattr(cls, "route", counted)
     fast = _run(cfg, reqs, blocks)
     assert min(sizes) <= indexed.SCAN_MAX < max(sizes)  # both ways of routing were used
     monkeypatch.setattr(simulation, "make_router", _scan)
