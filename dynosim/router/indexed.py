@@ -26,7 +26,7 @@ import numpy as np
 
 from dynosim.engine.state import RunningRequest
 from dynosim.engine.worker import EngineWorker
-from dynosim.router.base import kv_cost
+from dynosim.router.base import Router, kv_cost
 from dynosim.router.index import BlockIndex, Group, LoadIndex, kth
 from dynosim.router.reference import KvAwareScan, KvLoadScan, LeastLoadedScan
 from dynosim.types import HASH_BLOCK_TOKENS
@@ -41,8 +41,9 @@ SCAN_MAX = 16
 """Every router here scans pools up to this size (the same picks and draws; keeping the indexes
 costs more than reading a few workers: kv_aware on 8 workers of the Mooncake trace, 0.145 ms a
 request scanning, 0.178 ms indexed; least_loaded as the decode router of 4 + 4 disaggregated
-workers, 105 us a decision indexed, most of it re-reading the workers' load after every decode
-step). A pool that grows past it (a planner) starts the indexes from its state."""
+workers, 105 us a decision indexed under cProfile, most of it re-reading the workers' load
+after every decode step). A pool that grows past it (a planner) starts the indexes from its
+state."""
 
 SORT_MAX = 64
 """Hit levels up to this size are sorted by state; larger ones are read off the load index."""
@@ -57,7 +58,14 @@ def _index_of(w: EngineWorker) -> int:
 
 
 class _Indexed:
-    """Keeps the load index in step with the list of workers the router is given."""
+    """Keeps the load index in step with the list of workers the router is given.
+
+    A pool of at most :data:`SCAN_MAX` workers is read whole by the router's scan (``_scan``,
+    from :mod:`dynosim.router.reference`: the same picks and draws); a larger one through the
+    indexes (``_route``).
+    """
+
+    _scan: Router
 
     def __init__(self) -> None:
         self._load = LoadIndex(self._state)
@@ -70,6 +78,20 @@ class _Indexed:
     def workers_changed(self) -> None:
         """The pool changed its list in place: re-read it at the next decision."""
         self._list = None
+
+    def _scans(self, workers: Sequence[EngineWorker]) -> bool:
+        """Whether this decision reads every worker (the scan) instead of the indexes."""
+        return len(workers) <= SCAN_MAX
+
+    def route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
+        """The worker the scan picks: by the scan in a small pool, else from the indexes."""
+        if self._scans(workers):
+            return self._scan.route(rr, workers, now_us)
+        self._prepare(workers)
+        return self._route(rr, workers, now_us)
+
+    def _route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
+        raise NotImplementedError
 
     def _prepare(self, workers: Sequence[EngineWorker]) -> None:
         if workers is not self._list or len(workers) != self._n:
@@ -90,8 +112,7 @@ class LeastLoaded(_Indexed):
 
     As the scan (:class:`~dynosim.router.reference.LeastLoadedScan`) it syncs nothing when one
     worker has the fewest requests, else it brings up to date the tied workers whose KV could
-    still decide (the scan syncs them all: the others' syncs change nothing observable). A pool
-    of at most :data:`SCAN_MAX` workers is scanned.
+    still decide (the scan syncs them all: the others' syncs change nothing observable).
     """
 
     _scan = LeastLoadedScan()
@@ -99,11 +120,8 @@ class LeastLoaded(_Indexed):
     def _state(self, w: EngineWorker) -> tuple[Any, ...]:
         return (w.outstanding, w.kv_load_blocks)
 
-    def route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
+    def _route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
         """Least-loaded worker."""
-        if len(workers) <= SCAN_MAX:
-            return self._scan.route(rr, workers, now_us)
-        self._prepare(workers)
         load = self._load
         s = load.order[0]
         g = load.groups[s]
@@ -117,8 +135,7 @@ class KvLoad(_Indexed):
     """The worker with the fewest active KV blocks: held, queued and arriving by transfer.
 
     Dynamo's KV router with the prefix-overlap term off, as it routes to decode workers
-    (their caches hold no prompt to reuse); ties go to the lowest index. A pool of at most
-    :data:`SCAN_MAX` workers is scanned.
+    (their caches hold no prompt to reuse); ties go to the lowest index.
     """
 
     _scan = KvLoadScan()
@@ -126,11 +143,8 @@ class KvLoad(_Indexed):
     def _state(self, w: EngineWorker) -> tuple[Any, ...]:
         return (w.kv_load_blocks,)
 
-    def route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
+    def _route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
         """Least KV-loaded worker."""
-        if len(workers) <= SCAN_MAX:
-            return self._scan.route(rr, workers, now_us)
-        self._prepare(workers)
         _, g = self._load.settled_first(now_us)
         return self._pick(workers, g.members[0])
 
@@ -166,11 +180,11 @@ class KvAware(_Indexed):
                 self._blocks.attach(w)
         super()._prepare(workers)
 
-    def route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
-        """Lowest-cost worker, or a softmax sample."""
-        if self.temperature > 0 or len(workers) <= SCAN_MAX:
-            return self._scan.route(rr, workers, now_us)
-        self._prepare(workers)
+    def _scans(self, workers: Sequence[EngineWorker]) -> bool:
+        return self.temperature > 0 or super()._scans(workers)
+
+    def _route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
+        """Lowest-cost worker."""
         hashes, target = rr.hashes, rr.target
         limit = min(len(hashes), (target - 1) // HASH_BLOCK_TOKENS)
         w0 = workers[0]
