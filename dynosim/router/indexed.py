@@ -41,9 +41,8 @@ SCAN_MAX = 16
 """Every router here scans pools up to this size (the same picks and draws; keeping the indexes
 costs more than reading a few workers: kv_aware on 8 workers of the Mooncake trace, 0.145 ms a
 request scanning, 0.178 ms indexed; least_loaded as the decode router of 4 + 4 disaggregated
-workers, 105 us a decision indexed under cProfile, most of it re-reading the workers' load
-after every decode step). A pool that grows past it (a planner) starts the indexes from its
-state."""
+workers: 0.4% fewer instructions for a whole 3,000-request Mooncake process scanning, under
+callgrind). A pool that grows past it (a planner) starts the indexes from its state."""
 
 SORT_MAX = 64
 """Hit levels up to this size are sorted by state; larger ones are read off the load index."""
