@@ -120,7 +120,7 @@ class CalibratedStepTime:
     its weight reads (dense GEMMs) and its experts (MoE, where a mixed step can cost less than
     its decodes alone), so how the shared part is split decides which way the price can move:
 
-    * ``prefill >= decode`` (every fitted profile): ``K_d`` is the smaller of the decodes'
+    * ``prefill >= decode``: ``K_d`` is the smaller of the decodes'
       kernel time alone (the step without its prefill chunks) and what they add to the chunks
       alone. The price is then ``decode * K + (prefill - decode) * (K - K_d)`` with ``K -
       K_d`` the larger of the chunks' own time and what they add to the decodes: it cannot
@@ -128,6 +128,9 @@ class CalibratedStepTime:
       (Qwen3-30B-A3B on TRT-LLM's profile: 30.5 ms with one decode, 28.8 ms with 13).
     * ``prefill < decode``: ``K_d`` is the decodes' own time, so the price is ``prefill * K +
       (decode - prefill) * K_d``: it cannot fall as prefill tokens join.
+
+    ``dynosim calibrate`` fits both splits (:mod:`dynosim.validation.calibrate`) and keeps the
+    one that explains the rows better.
 
     The decode-only paths use the same IEEE-754 operations in the same order (fast-forward
     equals stepping bit for bit).

@@ -36,12 +36,12 @@ def synthetic() -> list[Measurement]:
     return _measured("closed-loop")
 
 
-def _measured(client: str) -> list[Measurement]:
+def _measured(client: str, step: StepCalibration = TRUE_STEP) -> list[Measurement]:
     """The rows as the simulator measures them with a client of ``client``'s kind (unrecorded)."""
     out = []
     for i, shape in enumerate(SHAPES):
         m = _row(i, *shape)
-        r = replay(m, rounds=2, step=TRUE_STEP, host=TRUE_HOST, unrecorded_client=client)
+        r = replay(m, rounds=2, step=step, host=TRUE_HOST, unrecorded_client=client)
         assert r.refused is None
         out.append(dataclasses.replace(m, ttft_ms=r.ttft_ms, tpot_ms=r.tpot_ms))
     return out
@@ -66,6 +66,41 @@ def test_the_design_matrix_is_the_simulator_to_the_microsecond(
         assert p == pytest.approx(m.tpot_ms, rel=2e-4)
 
 
+DECODE_ABOVE = dataclasses.replace(TRUE_STEP, prefill=0.7, decode=1.2)  # vLLM's ask (issue 19)
+
+
+def test_the_other_split_is_the_simulator_to_the_microsecond() -> None:
+    """With ``prefill < decode`` a mixed step costs ``prefill * K + (decode - prefill) * K_d``
+    (``K_d`` the decodes' own kernel time): the design's other side is exactly that."""
+    rows = _measured("closed-loop", DECODE_ABOVE)
+    d = design(rows, rounds=2).other_side()
+    assert d.decode_first
+    theta = [DECODE_ABOVE.base_us, DECODE_ABOVE.per_request_us, DECODE_ABOVE.per_token_us,
+             DECODE_ABOVE.decode - DECODE_ABOVE.prefill, DECODE_ABOVE.prefill,
+             TRUE_HOST.request_us, TRUE_HOST.input_token_us]  # fmt: skip
+    ttft, tpot = predict(d, np.array(theta))
+    for m, t, p in zip(rows, ttft, tpot, strict=True):
+        assert t == pytest.approx(m.ttft_ms, rel=2e-4)
+        assert p == pytest.approx(m.tpot_ms, rel=2e-4)
+    # the same factors priced with the first split's share are measurably off
+    first = design(rows, rounds=2)
+    t1, _ = predict(first, np.array(theta))
+    assert max(abs(a / m.ttft_ms - 1) for a, m in zip(t1, rows, strict=True)) > 1e-2
+
+
+def test_calibrate_fits_a_decode_factor_above_the_prefill_one() -> None:
+    rows = _measured("closed-loop", DECODE_ABOVE)
+    profile, fits = calibrate(rows, start=load_profile(), rounds=2,
+                              opts=FitOptions(factor_prior=0.0))  # fmt: skip
+    got = profile.backend("trtllm").step
+    assert fits[0].design.decode_first
+    for name in ("base_us", "per_request_us", "prefill", "decode"):
+        assert getattr(got, name) == pytest.approx(getattr(DECODE_ABOVE, name), rel=0.02), name
+    r = replay(rows[1], rounds=2, profile=profile)
+    assert r.ttft_ms == pytest.approx(rows[1].ttft_ms, rel=0.01)
+    assert r.tpot_ms == pytest.approx(rows[1].tpot_ms, rel=0.01)
+
+
 def test_calibrate_recovers_known_overheads_within_2_percent(
     synthetic: list[Measurement],
 ) -> None:
@@ -78,6 +113,7 @@ def test_calibrate_recovers_known_overheads_within_2_percent(
         assert getattr(got.host, name) == pytest.approx(getattr(TRUE_HOST, name), rel=0.02), name
     assert got.sigma["tpot"] < 0.05  # held-out spread: each TP predicted from the other
     assert got.unrecorded_client == "closed-loop"  # the client model that made the rows
+    assert not fits[0].design.decode_first  # prefill >= decode: the first split
     assert profile.fitted_on["rows"] == len(SHAPES)
     assert profile.fitted_on["groups"] == ["meta-llama/Llama-3.1-8B-Instruct/h100_sxm/trtllm"]
     # backends without rows keep the starting profile's values

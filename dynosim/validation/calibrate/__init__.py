@@ -5,8 +5,11 @@ decode, decode, host request_us, host input_token_us)`` (:mod:`dynosim.perf.cali
 Every engine step of a replay lasts ``decode * K + (prefill - decode) * K_prefill + base +
 per_request * requests + per_token * tokens`` (``K``: the step's kernel time, ``K_prefill``:
 its prefill chunks' share; see :class:`~dynosim.perf.overhead.CalibratedStepTime`, whose split
-of a mixed step is this one when ``prefill >= decode``, which the fit therefore keeps: both
-parameters are bounded below by 0) and the host cost adds ``request_us + input_token_us * input
+of a mixed step is this one when ``prefill >= decode``; when ``prefill < decode`` it is
+``prefill * K + (decode - prefill) * K_decode``, the same model with the decodes' own kernel
+time as column 3 (:data:`~.linear.DECODE_PROBE`): the fit is run on both splits, each with its
+difference bounded below by 0, and keeps the better, :func:`~.profile.calibrate`) and the host
+cost adds ``request_us + input_token_us * input
 tokens`` to a request's TTFT (the backend's pair, or that of the row's measurement file when it
 has enough rows of its own: :func:`fit_backend`). In a closed-loop benchmark (all clients start
 together, each sends its next request when the previous completes) *which* requests share

@@ -118,6 +118,10 @@ def fit_theta(
     return theta
 
 
+_F_SCALE = 0.1
+"""The relative error beyond which :func:`_solve`'s ``soft_l1`` loss grows linearly."""
+
+
 def _solve(a: F64, b: F64, free: npt.NDArray[np.bool_], fixed: F64, lower: F64, upper: F64) -> F64:
     """``theta`` minimising the robust loss of ``a theta - b``, its free entries in bounds."""
     b = b - a[:, ~free] @ fixed[~free]
@@ -132,7 +136,7 @@ def _solve(a: F64, b: F64, free: npt.NDArray[np.bool_], fixed: F64, lower: F64, 
         jac=lambda z: a_scaled,
         bounds=(lo * scale, hi * scale),
         loss="soft_l1",
-        f_scale=0.1,
+        f_scale=_F_SCALE,
         method="trf",
     )
     theta = fixed.copy()
@@ -204,6 +208,17 @@ class BackendFit:
         """In-sample (TTFT, TPOT) of the linear model (without the streaming cost)."""
         steps = row_steps(self.design, self.theta, self.generations)
         return predict(self.design, self.theta, self.own, steps)
+
+    def loss(self, ttft_weight: float = 1.0) -> float:
+        """The fit's robust loss in sample, without the kernel factors' prior.
+
+        That is :func:`_solve`'s ``soft_l1`` of the relative errors of TTFT (weighted
+        ``ttft_weight``) and TPOT.
+        """
+        t, p = self.fitted()
+        d = self.design
+        r = np.concatenate([ttft_weight * (t / d.measured_ttft - 1), p / d.measured_tpot - 1])
+        return float((2 * (np.sqrt(1 + (r / _F_SCALE) ** 2) - 1)).sum())
 
     def held_out_error(self) -> float:
         """Mean absolute relative error of the held-out TTFT plus that of the held-out TPOT."""

@@ -20,6 +20,7 @@ from dynosim.validation.measurement import Measurement
 from dynosim.validation.validate import assume_client, replay, row_requests
 
 __all__ = [
+    "DECODE_PROBE",
     "PARAMS",
     "PROBES",
     "STEP_PARAMS",
@@ -45,6 +46,17 @@ PROBES: tuple[tuple[StepCalibration, float], ...] = (
     (StepCalibration(prefill=10.0, decode=0.0), 10.0),
     (StepCalibration(prefill=10.0, decode=10.0), 10.0),
 )
+DECODE_PROBE: tuple[StepCalibration, float] = (StepCalibration(prefill=0.0, decode=10.0), 10.0)
+"""The probe of the other split (``prefill < decode``): 10x the decodes' own kernel time.
+
+:class:`~dynosim.perf.overhead.CalibratedStepTime` splits a mixed step's kernel time ``K``
+two ways. With ``prefill >= decode`` (the probes of :data:`PROBES`) the decodes' share is what
+they add to the chunks, and the price is ``decode * K + (prefill - decode) * K_prefill``; with
+``prefill < decode`` their share ``K_decode`` is their own time, and the price is ``prefill *
+K + (decode - prefill) * K_decode``. The two are the same linear model with column 3 swapped
+(``K_prefill`` for ``K_decode``) and the two factors' roles exchanged, so a design that also
+holds this column (:attr:`Design.alt_ttft`) is fitted on either side
+(:meth:`Design.other_side`) and the fit keeps the better (:func:`~.profile.calibrate`)."""
 # A step whose probed term is zero still lasts 1 us (the protocol's floor); probes large against
 # that floor (10x the kernel time, 1 ms per step...) keep its trace below 1e-4 of a metric.
 _NO_HOST = HostCalibration()
@@ -58,6 +70,24 @@ class Design:
     ttft: F64  # (rows, params): mean TTFT in ms per unit of each parameter
     tpot: F64
     refused: list[tuple[Measurement, str]] = field(default_factory=list)
+    # The other split's column 3 (:data:`DECODE_PROBE`), per row; None: not replayed.
+    alt_ttft: F64 | None = None
+    alt_tpot: F64 | None = None
+    decode_first: bool = False  # column 3 is ``decode - prefill`` over ``K_decode``, 4 prefill
+
+    def other_side(self) -> Design:
+        """The same rows with the other split (:data:`DECODE_PROBE`): column 3 swapped.
+
+        Raises:
+            ValueError: the design holds no second split (built without its probe).
+        """
+        if self.alt_ttft is None or self.alt_tpot is None:
+            raise ValueError("this design was built without the decode probe")
+        ttft, tpot = self.ttft.copy(), self.tpot.copy()
+        ttft[:, 3], tpot[:, 3] = self.alt_ttft, self.alt_tpot
+        return Design(rows=self.rows, ttft=ttft, tpot=tpot, refused=self.refused,
+                      alt_ttft=self.ttft[:, 3].copy(), alt_tpot=self.tpot[:, 3].copy(),
+                      decode_first=not self.decode_first)  # fmt: skip
 
     @property
     def measured_ttft(self) -> F64:
@@ -91,8 +121,11 @@ def design(
     """
     done: dict[int, tuple[list[float], list[float], str | None]] = {}
     if reuse is not None:
-        done = {id(m): (list(t), list(p), None)
-                for m, t, p in zip(reuse.rows, reuse.ttft, reuse.tpot, strict=True)}  # fmt: skip
+        alt_t = reuse.alt_ttft if reuse.alt_ttft is not None else np.zeros(len(reuse.rows))
+        alt_p = reuse.alt_tpot if reuse.alt_tpot is not None else np.zeros(len(reuse.rows))
+        done = {id(m): ([*t, at], [*p, ap], None)
+                for m, t, p, at, ap in zip(reuse.rows, reuse.ttft, reuse.tpot, alt_t, alt_p,
+                                           strict=True)}  # fmt: skip
         done |= {id(m): ([], [], why) for m, why in reuse.refused}
     kept: list[Measurement] = []
     refused: list[tuple[Measurement, str]] = []
@@ -116,7 +149,7 @@ def design(
             if progress is not None:
                 progress(i + 1, len(rows))
             continue
-        for probe, unit in PROBES:
+        for probe, unit in (*PROBES, DECODE_PROBE):
             r = replay(m, rounds=rounds, timing=timing, step=probe, host=_NO_HOST,
                        unrecorded_client=unrecorded_client)  # fmt: skip
             if r.refused is not None:
@@ -132,18 +165,17 @@ def design(
         requests, warmup = row_requests(assume_client(m, unrecorded_client), rounds)
         measured = requests[warmup:]
         isl = float(np.mean([q.input_tokens for q in measured])) if measured else float(m.isl)
-        t_row += [1e-3, isl * 1e-3]  # host: us -> ms
-        p_row += [0.0, 0.0]
+        # host: us -> ms; the decode probe's column (last replayed) goes after them
+        t_row[-1:] = [1e-3, isl * 1e-3, t_row[-1]]
+        p_row[-1:] = [0.0, 0.0, p_row[-1]]
         kept.append(m)
         ttft_rows.append(t_row)
         tpot_rows.append(p_row)
-    shape = (len(kept), len(PARAMS))
-    return Design(
-        rows=kept,
-        ttft=np.array(ttft_rows, dtype=np.float64).reshape(shape),
-        tpot=np.array(tpot_rows, dtype=np.float64).reshape(shape),
-        refused=refused,
-    )
+    shape = (len(kept), len(PARAMS) + 1)
+    ttft = np.array(ttft_rows, dtype=np.float64).reshape(shape)
+    tpot = np.array(tpot_rows, dtype=np.float64).reshape(shape)
+    return Design(rows=kept, ttft=ttft[:, :-1].copy(), tpot=tpot[:, :-1].copy(), refused=refused,
+                  alt_ttft=ttft[:, -1].copy(), alt_tpot=tpot[:, -1].copy())  # fmt: skip
 
 
 def host_matrix(d: Design, own: Sequence[str] = ()) -> F64:
@@ -181,21 +213,33 @@ def predict(
     return ttft + (d.ttft[:, :k] * delta).sum(axis=1), tpot + (d.tpot[:, :k] * delta).sum(axis=1)
 
 
-def step_calibration(step: F64) -> StepCalibration:
-    """The step calibration of the step terms (:data:`STEP_PARAMS`), rounded for the profile."""
-    return theta_calibration(np.concatenate([step[: len(STEP_PARAMS)], np.zeros(2)]))[0]
+def step_calibration(step: F64, decode_first: bool = False) -> StepCalibration:
+    """The step calibration of the step terms (:data:`STEP_PARAMS`), rounded for the profile.
+
+    ``decode_first``: the terms are of the other split (:attr:`Design.decode_first`).
+    """
+    theta = np.concatenate([step[: len(STEP_PARAMS)], np.zeros(2)])
+    return theta_calibration(theta, decode_first)[0]
 
 
-def theta_calibration(theta: F64) -> tuple[StepCalibration, HostCalibration]:
-    """The step and host calibrations of a parameter vector (rounded for the profile)."""
+def theta_calibration(
+    theta: F64, decode_first: bool = False
+) -> tuple[StepCalibration, HostCalibration]:
+    """The step and host calibrations of a parameter vector (rounded for the profile).
+
+    ``decode_first``: ``theta`` is of the other split (:data:`DECODE_PROBE`): ``theta[3]`` is
+    ``decode - prefill`` and ``theta[4]`` is ``prefill``.
+    """
+    # a profile's kernel factors are at least 0.01 (the loader's range): a fit that drives
+    # one to 0 has moved the kernel time into the overheads, and is written at the floor
+    larger = max(round(float(theta[3] + theta[4]), 4), 0.01)
+    smaller = max(round(float(theta[4]), 4), 0.01)
     step = StepCalibration(
         base_us=round(float(theta[0]), 2),
         per_request_us=round(float(theta[1]), 3),
         per_token_us=round(float(theta[2]), 4),
-        # a profile's kernel factors are at least 0.01 (the loader's range): a fit that drives
-        # one to 0 has moved the kernel time into the overheads, and is written at the floor
-        prefill=max(round(float(theta[3] + theta[4]), 4), 0.01),
-        decode=max(round(float(theta[4]), 4), 0.01),
+        prefill=smaller if decode_first else larger,
+        decode=larger if decode_first else smaller,
     )
     host = HostCalibration(
         request_us=round(float(theta[5]), 1), input_token_us=round(float(theta[6]), 3)
@@ -203,8 +247,13 @@ def theta_calibration(theta: F64) -> tuple[StepCalibration, HostCalibration]:
     return step, host
 
 
-def calibration_theta(cal: BackendCalibration) -> F64:
-    """The parameter vector of a backend calibration."""
+def calibration_theta(cal: BackendCalibration, decode_first: bool = False) -> F64:
+    """The parameter vector of a backend calibration (of the other split: ``decode_first``).
+
+    Exact on a design of the split the calibration's factors use (``decode_first`` when its
+    prefill factor is below its decode factor; either when they are equal).
+    """
     s, h = cal.step, cal.host
-    return np.array([s.base_us, s.per_request_us, s.per_token_us, s.prefill - s.decode,
-                     s.decode, h.request_us, h.input_token_us], dtype=np.float64)  # fmt: skip
+    first, second = (s.prefill, s.decode) if decode_first else (s.decode, s.prefill)
+    return np.array([s.base_us, s.per_request_us, s.per_token_us, second - first,
+                     first, h.request_us, h.input_token_us], dtype=np.float64)  # fmt: skip

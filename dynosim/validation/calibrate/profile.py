@@ -49,7 +49,8 @@ def mixed_design(
     """
     index = {c: {id(m): i for i, m in enumerate(d.rows)} for c, d in designs.items()}
     why = {c: {id(m): r for m, r in d.refused} for c, d in designs.items()}
-    kept, refused, ttft, tpot = [], [], [], []
+    alt = all(d.alt_ttft is not None and d.alt_tpot is not None for d in designs.values())
+    kept, refused, ttft, tpot, alt_t, alt_p = [], [], [], [], [], []
     for m in rows:
         c = chosen.get(m.source, default) if m.client is None else default
         i = index[c].get(id(m))
@@ -58,14 +59,24 @@ def mixed_design(
                 refused.append((m, why[c][id(m)]))
             continue
         kept.append(m)
-        ttft.append(designs[c].ttft[i])
-        tpot.append(designs[c].tpot[i])
+        d = designs[c]
+        ttft.append(d.ttft[i])
+        tpot.append(d.tpot[i])
+        if alt and d.alt_ttft is not None and d.alt_tpot is not None:
+            alt_t.append(d.alt_ttft[i])
+            alt_p.append(d.alt_tpot[i])
     shape = (len(kept), len(PARAMS))
+    sides = {d.decode_first for d in designs.values()}
+    if len(sides) != 1:
+        raise ValueError("designs of both splits mixed")
     return Design(
         rows=kept,
         ttft=np.array(ttft, dtype=np.float64).reshape(shape),
         tpot=np.array(tpot, dtype=np.float64).reshape(shape),
         refused=refused,
+        alt_ttft=np.array(alt_t, dtype=np.float64) if alt else None,
+        alt_tpot=np.array(alt_p, dtype=np.float64) if alt else None,
+        decode_first=sides.pop(),
     )
 
 
@@ -103,6 +114,38 @@ def choose_clients(
                 if trial.held_out_error() < best.held_out_error() - 1e-9:
                     chosen[source], best, changed = c, trial, True
     return default, chosen, best
+
+
+def _either_split(
+    rows: Sequence[Measurement],
+    designs: dict[str, Design],
+    backend: str,
+    start: BackendCalibration,
+    opts: FitOptions,
+) -> tuple[str, dict[str, str], BackendFit]:
+    """:func:`choose_clients` on each split of a mixed step's kernel time; the better one.
+
+    A fit of one split keeps its two kernel factors in its order (``prefill >= decode``,
+    or with :data:`~.linear.DECODE_PROBE` ``prefill <= decode``), each bounded below by the
+    other, so a backend whose rows ask for a decode factor above its prefill one (vLLM's:
+    TTFT pulls prefill down, TPOT decode up; issue 19) was held at ``prefill = decode`` by the
+    first. Both are one model (they meet at ``prefill = decode``), so fitting it is fitting
+    each split and keeping the better optimum: the second is kept when its fit has a decode
+    factor above the prefill one (backend or GPU generation; at equality it is a point of the
+    first split, whose own optimum is at least as good) and a smaller robust loss on these
+    rows (:meth:`~.fit.BackendFit.loss`). Designs built without the decode probe fit the
+    first only.
+    """
+    first = choose_clients(rows, designs, backend, calibration_theta(start), opts)
+    if not all(d.alt_ttft is not None for d in designs.values()):
+        return first
+    other = {c: d.other_side() for c, d in designs.items()}
+    second = choose_clients(rows, other, backend, calibration_theta(start, True), opts)
+    f = second[2]
+    apart = max(float(t[3]) for t in (f.theta, *f.generations.values())) > 1e-6
+    if apart and f.loss(opts.ttft_weight) < first[2].loss(opts.ttft_weight):
+        return second
+    return first
 
 
 def group_errors(
@@ -167,16 +210,16 @@ def calibrate(
             designs[client] = d
         if d is None or not d.rows:
             continue
-        before = calibration_theta(start.backend(backend))
-        default, chosen, f = choose_clients(ms, designs, backend, before, opts)
-        step, host = theta_calibration(f.theta)
+        default, chosen, f = _either_split(ms, designs, backend, start.backend(backend), opts)
+        first = f.design.decode_first
+        step, host = theta_calibration(f.theta, first)
         sources = {s: SourceCalibration(client=c) for s, c in chosen.items() if c != default}
-        gens = {g: step_calibration(v) for g, v in f.generations.items()}
+        gens = {g: step_calibration(v, first) for g, v in f.generations.items()}
         cal = BackendCalibration(step=step, host=host, unrecorded_client=default, sources=sources,
                                  generations=gens)  # fmt: skip
         if opts.fit_host:
             f = fit_host(f, cal, rounds=rounds, timing=timing, opts=opts)
-            step, host = theta_calibration(f.theta)
+            step, host = theta_calibration(f.theta, first)
             if not f.own:
                 host = replace(host, output_token_us=round(f.output_token_us, 1))
         for s, (req, per_token) in f.source_hosts.items():
