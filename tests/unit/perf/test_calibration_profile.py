@@ -61,7 +61,11 @@ def test_the_shipped_profile_is_fitted_on_the_calibration_set_with_a_vllm_sectio
         b = p.backend(backend)
         assert set(b.sigma) == {"ttft", "tpot"}, backend  # fitted: a held-out spread
         for step in (b.step, *b.generations.values()):
-            assert lo <= step.decode <= step.prefill <= hi, (backend, step)
+            # either split (calibrate fits both): each factor in the physical range
+            assert lo <= min(step.decode, step.prefill) <= max(step.decode, step.prefill) <= hi, (
+                backend,
+                step,
+            )
     vllm = p.backend("vllm")
     assert set(vllm.generations) == {"hopper", "blackwell"}  # it has rows of both
     assert vllm.step_for("b200_sxm") == vllm.generations["blackwell"]
