@@ -122,8 +122,9 @@ if tuple(f.name for f in fields(Request)) != _FIELDS or hasattr(Request, "__post
 _SETTERS = tuple(getattr(Request, name).__set__ for name in _FIELDS)
 """Request's slot setters, in :data:`_FIELDS` order: :meth:`RequestColumns.requests` fills the
 slots directly, as the frozen dataclass's ``__init__`` does through ``object.__setattr__``,
-without its keyword call (a third of the cost: 12,031 Mooncake requests in ~6 M instructions
-instead of ~19 M). The check above keeps the two in step when a field is added or moved."""
+without its keyword call: the 12,031 requests of the Mooncake conversation trace in 174 M
+instructions instead of 294 M (callgrind). The check above keeps the two in step when a field
+is added or moved."""
 
 
 @dataclass(slots=True)

@@ -1,10 +1,11 @@
 """A disk cache of parsed traces: a file's columns, keyed by its content and the parser's code.
 
-Why: reading the Mooncake conversation trace (3 MB, 12,031 lines) into columns is ~70 M
-instructions of CPU, about 7% of a whole ``dynosim simulate`` process on it (10.1 G); loading
-the cached columns is ~4 M and hashing the file ~3 M (callgrind). Traces are replayed many times
-unchanged (every simulate, validate and tune run of a study reads the same file), so the parse is
-paid once per content.
+Why: reading the Mooncake conversation trace (3 MB, 12,031 lines) into columns is ~380-420 M
+instructions, about 4% of a whole ``dynosim simulate`` process on it (10.1 G, callgrind); a hit
+is ~25 M to load the entry plus the file's sha256 (~1-3 ms of CPU with SHA extensions; 85 M
+instructions under valgrind, which runs without them). Traces are replayed many times unchanged
+(every simulate, validate and tune run of a study reads the same file), so the parse is paid
+once per content.
 
 A cache entry is ``<cache root>/traces/<sha256 of the file's bytes>[-clamp].npz`` (see
 :func:`dynosim.cache.cache_root`; never next to the trace), holding the
