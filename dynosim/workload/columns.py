@@ -13,7 +13,7 @@ import gc
 import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import numpy.typing as npt
@@ -77,31 +77,54 @@ class RequestColumns:
     def _requests(self) -> list[Request]:
         hashes = self.hashes.tolist()
         offsets = self.hash_offsets.tolist()
-        sessions = self.session_id.tolist()
-        afters = self.after_id.tolist()
-        return [
-            Request(
-                id=i,
-                arrival_s=arrival,
-                input_tokens=ins,
-                output_tokens=outs,
-                block_hashes=tuple(hashes[offsets[i] : offsets[i + 1]]),
-                session_id=None if sid < 0 else sid,
-                after_id=None if after < 0 else after,
-                delay_s=delay,
+        new = object.__new__
+        set_id, set_arrival, set_in, set_out, set_hashes, set_session, set_after, set_delay = (
+            _SETTERS
+        )
+        out: list[Request] = []
+        append = out.append
+        for i, (arrival, ins, outs, sid, after, delay) in enumerate(
+            zip(
+                self.arrival_s.tolist(),
+                self.input_tokens.tolist(),
+                self.output_tokens.tolist(),
+                self.session_id.tolist(),
+                self.after_id.tolist(),
+                self.delay_s.tolist(),
+                strict=True,
             )
-            for i, (arrival, ins, outs, sid, after, delay) in enumerate(
-                zip(
-                    self.arrival_s.tolist(),
-                    self.input_tokens.tolist(),
-                    self.output_tokens.tolist(),
-                    sessions,
-                    afters,
-                    self.delay_s.tolist(),
-                    strict=True,
-                )
-            )
-        ]
+        ):
+            r = new(Request)
+            set_id(r, i)
+            set_arrival(r, arrival)
+            set_in(r, ins)
+            set_out(r, outs)
+            set_hashes(r, tuple(hashes[offsets[i] : offsets[i + 1]]))
+            set_session(r, None if sid < 0 else sid)
+            set_after(r, None if after < 0 else after)
+            set_delay(r, delay)
+            append(r)
+        return out
+
+
+_FIELDS = (
+    "id",
+    "arrival_s",
+    "input_tokens",
+    "output_tokens",
+    "block_hashes",
+    "session_id",
+    "after_id",
+    "delay_s",
+)
+if tuple(f.name for f in fields(Request)) != _FIELDS or hasattr(Request, "__post_init__"):
+    raise TypeError("Request's fields changed: update columns._FIELDS and RequestColumns.requests")
+_SETTERS = tuple(getattr(Request, name).__set__ for name in _FIELDS)
+"""Request's slot setters, in :data:`_FIELDS` order: :meth:`RequestColumns.requests` fills the
+slots directly, as the frozen dataclass's ``__init__`` does through ``object.__setattr__``,
+without its keyword call: the 12,031 requests of the Mooncake conversation trace in 174 M
+instructions instead of 294 M (callgrind). The check above keeps the two in step when a field
+is added or moved."""
 
 
 @dataclass(slots=True)

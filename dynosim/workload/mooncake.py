@@ -148,9 +148,9 @@ def _distinct(counts: npt.NDArray[np.int64], hashes: npt.NDArray[np.int64]) -> b
         return True
     row = np.searchsorted(offsets, falls, side="right") - 1
     inside = falls + 1 < offsets[row + 1]  # both ids in the same row
-    for r in np.unique(row[inside]).tolist():
-        ids = hashes[offsets[r] : offsets[r + 1]]
-        if np.unique(ids).size != ids.size:
+    for r in sorted(set(row[inside].tolist())):  # not np.unique: it imports numpy.ma (~20 ms)
+        ids = np.sort(hashes[offsets[r] : offsets[r + 1]])
+        if np.any(ids[1:] == ids[:-1]):
             return False
     return True
 

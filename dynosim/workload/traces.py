@@ -38,6 +38,7 @@ from dynosim.workload.azure import read_azure_fast
 from dynosim.workload.columns import RequestColumns, RowColumns, link
 from dynosim.workload.limits import MAX_REQUESTS, MAX_TIME_S, MAX_TRACE_BYTES, REQUESTS_WHY
 from dynosim.workload.mooncake import CHUNK_BYTES, read_mooncake
+from dynosim.workload.trace_cache import cached_columns
 from dynosim.workload.trace_fields import FieldReader, azure_ns
 from dynosim.workload.transforms import head
 from dynosim.workload.transforms import speedup as speed_up
@@ -161,15 +162,36 @@ def load_trace_columns(path: str | Path, *, clamp_zero_output: bool = False) -> 
 
 
 def _load(path: Path, clamp_zero_output: bool, stacklevel: int) -> RequestColumns:
-    """:func:`load_trace_columns`; the clamping warning points ``stacklevel`` frames up."""
-    reader = FieldReader(path, clamp_zero_output=clamp_zero_output)
+    """:func:`load_trace_columns`; the clamping warning points ``stacklevel`` frames up.
+
+    The columns come from the parsed-trace cache (:mod:`~dynosim.workload.trace_cache`) when it
+    holds this content, else from :func:`_parse`.
+    """
     try:
         size = path.stat().st_size
-        if size > MAX_TRACE_BYTES:
-            raise WorkloadError(
-                f"{path}: trace of {size / 2**30:.1f} GiB; allowed: at most "
-                f"{MAX_TRACE_BYTES / 2**30:g} GiB"
-            )
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        raise WorkloadError(f"{path}: cannot read trace: {exc}") from None
+    if size > MAX_TRACE_BYTES:
+        raise WorkloadError(
+            f"{path}: trace of {size / 2**30:.1f} GiB; allowed: at most "
+            f"{MAX_TRACE_BYTES / 2**30:g} GiB"
+        )
+    columns, clamped = cached_columns(
+        path, clamp_zero_output, lambda: _parse(path, clamp_zero_output)
+    )
+    if clamped:
+        warnings.warn(
+            f"{path}: {clamped} requests with 0 output tokens clamped to 1",
+            UserWarning,
+            stacklevel=stacklevel,
+        )
+    return columns
+
+
+def _parse(path: Path, clamp_zero_output: bool) -> tuple[RequestColumns, int]:
+    """Read trace ``path`` into columns; also the count of output lengths clamped to 1."""
+    reader = FieldReader(path, clamp_zero_output=clamp_zero_output)
+    try:
         with path.open(encoding="utf-8-sig") as file:
             first, rows = _read(reader, file)
     except WorkloadError:  # a ValueError too
@@ -180,13 +202,7 @@ def _load(path: Path, clamp_zero_output: bool, stacklevel: int) -> RequestColumn
         raise WorkloadError(f"{path}: cannot read trace: {exc}") from None
     if not rows.rows:
         raise reader.error(first + 1, "trace has a header but no requests")
-    if reader.clamped:
-        warnings.warn(
-            f"{path}: {reader.clamped} requests with 0 output tokens clamped to 1",
-            UserWarning,
-            stacklevel=stacklevel,
-        )
-    return link(rows)
+    return link(rows), reader.clamped
 
 
 def _read(reader: FieldReader, file: TextIO, *, fast: bool = True) -> tuple[int, RowColumns]:

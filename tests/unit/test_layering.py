@@ -1,9 +1,10 @@
 """The layers import downwards only (every import, module-level, lazy or type-only).
 
 ``dynosim`` never imports ``search``; inside ``dynosim`` the order is, from the bottom:
-basics (config, errors, types, files, timer, workload) -> perf (step times, memory, catalog) ->
-engine (worker, KV cache) -> router -> cluster (pools, links, planner) -> simulation (and the
-metrics, SLO monitor and host processes it uses) -> validation (replays of measurements). The
+basics (config, errors, types, files, cache, timer, workload) -> perf (step times, memory,
+catalog) -> engine (worker, KV cache) -> router -> cluster (pools, links, planner) -> simulation
+(and the metrics, SLO monitor and host processes it uses) -> validation (replays of
+measurements). The
 package's ``__init__`` re-exports the top and is exempt.
 """
 
@@ -19,6 +20,7 @@ from tests.unit.import_graph import cycles, import_graph, package_modules
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS = (
     ("dynosim.errors", "dynosim.checks", "dynosim.moved", "dynosim.types", "dynosim.files",
+     "dynosim.cache",
      "dynosim.timer", "dynosim.config",
      "dynosim.workload"),
     ("dynosim.perf",),

@@ -14,13 +14,13 @@ import functools
 import importlib.metadata
 import json
 import logging
-import os
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
+from dynosim.cache import cache_root, write_atomic
 from dynosim.config import AicDatabaseMode, DeploymentConfig
 from dynosim.errors import ConfigError
 from dynosim.perf.catalog import gpu_spec, model_spec
@@ -35,9 +35,8 @@ def aic_version() -> str:
 
 
 def cache_dir() -> Path:
-    """Directory of the on-disk table cache (``$DYNOSIM_CACHE_DIR/aic`` if the variable is set)."""
-    root = os.environ.get("DYNOSIM_CACHE_DIR") or str(Path.home() / ".cache" / "dynosim")
-    return Path(root) / "aic"
+    """Directory of the on-disk table cache: ``aic`` under :func:`dynosim.cache.cache_root`."""
+    return cache_root() / "aic"
 
 
 # dtype -> (AIConfigurator GEMM quant mode, MoE quant mode). None leaves the MoE mode to
@@ -171,16 +170,4 @@ def quant_modes(key: AicKey) -> tuple[str, str | None]:
     return gemm, moe
 
 
-def _write_atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    """Write a file through ``write`` so that readers see the old or the new file, whole."""
-    import tempfile  # only when writing: keeps start-up light
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+_write_atomic = write_atomic  # the writer every dynosim cache uses

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import math
 import warnings
@@ -19,7 +20,7 @@ from dynosim.files import load_deployment
 from dynosim.metrics import LATENCY_METRICS, Metrics
 from dynosim.simulation import Simulation
 from dynosim.types import Request
-from dynosim.workload import Workload, head, load_trace_workload, load_workload_file, speedup
+from dynosim.workload import Workload, head, load_trace_workload, speedup
 from dynosim.workload.limits import MAX_SAMPLES
 from search.cli.shared import (
     make_console,
@@ -70,6 +71,8 @@ def load_workload(args: argparse.Namespace) -> Workload:
         return load_trace_workload(
             args.trace, speedup=args.trace_speedup, max_requests=args.max_requests
         )
+    from dynosim.workload.files import load_workload_file  # a trace does not need it
+
     wl = load_workload_file(args.workload)
     reqs = list(wl.requests)
     if args.max_requests is not None:
@@ -119,6 +122,9 @@ def run(args: argparse.Namespace) -> int:
         raise DynosimError(f"--timeline-interval: got {interval}; allowed: {INTERVAL_WHY}")
     workload = load_workload(args)
     check_samples(config, workload.requests, interval if args.timeline is not None else None)
+    # Everything made so far (modules, config, requests) lives as long as the process: moved out
+    # of the collector's sight, full collections during the run and at exit do not walk it.
+    gc.freeze()
     with console.status(f"simulating {len(workload.requests):,} requests..."):
         sim = Simulation(
             config,
