@@ -15,9 +15,10 @@ import re
 
 import numpy as np
 
+from dynosim.cache import write_atomic
 from dynosim.errors import ConfigError
 from dynosim.perf.aic.build import _LACKS_DATA, F64, _estimable, _walk, build_tables
-from dynosim.perf.aic.key import AicKey, _write_atomic, cache_dir
+from dynosim.perf.aic.key import AicKey, cache_dir
 
 _ESTIMATE_FORMAT = 2  # how estimated tables were made: 1 HYBRID; 2 MoE from expert parallelism
 _TABLE_NAMES = (
@@ -95,7 +96,7 @@ def load_tables(key: AicKey) -> tuple[dict[str, F64], str]:
         marks = {"estimated": np.array(note), "estimate_format": np.array(_ESTIMATE_FORMAT)}
         saved = {**tables, **marks}
         with contextlib.suppress(OSError):  # a read-only cache is not an error
-            _write_atomic(path, lambda f: np.savez(f, **saved))  # type: ignore[arg-type]
+            write_atomic(path, lambda f: np.savez(f, **saved))  # type: ignore[arg-type]
     if note and key.database_mode == "silicon":
         raise ConfigError("timing", "aic", f"roofline ({_LACKS_DATA}: {note})")
     return tables, note

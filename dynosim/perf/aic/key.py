@@ -3,8 +3,8 @@
 :class:`AicKey` names what the tables of a deployment depend on (model, GPU, backend and its
 AIConfigurator data version, parallelism, dtypes); its :meth:`~AicKey.filename` is the table's
 file in :func:`cache_dir`. Also AIConfigurator's quant modes per dtype, the data version of a
-backend on a GPU (kept on disk beside the tables), and the two helpers every AIConfigurator
-call and cache write goes through: :func:`_quiet` and :func:`_write_atomic`.
+backend on a GPU (kept on disk beside the tables), and the helper every AIConfigurator call
+goes through, :func:`_quiet` (cache writes use :func:`dynosim.cache.write_atomic`).
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def _query_version(gpu: str, backend: str) -> str:
             ) from None
     known[name] = version
     with contextlib.suppress(OSError):  # a read-only cache is not an error
-        _write_atomic(path, lambda f: f.write(json.dumps(known, indent=1).encode()))
+        write_atomic(path, lambda f: f.write(json.dumps(known, indent=1).encode()))
     return version
 
 
@@ -168,6 +168,3 @@ def quant_modes(key: AicKey) -> tuple[str, str | None]:
     if key.dtype == "mxfp4" and key.backend == "trtllm" and gpu_spec(key.gpu).fp4_flops:
         return gemm, _MXFP4_MXFP8  # Blackwell: the only GPUs with FP4 tensor cores
     return gemm, moe
-
-
-_write_atomic = write_atomic  # the writer every dynosim cache uses
