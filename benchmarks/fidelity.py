@@ -6,7 +6,8 @@ calibration profile, the path ``dynosim validate`` takes (same client model, hos
 recipe flags). Rows of ``CALIBRATION_GROUPS`` (aggregated) form the calibration set; every
 other row is held out. For each set the script prints rows run / refused (reasons counted),
 pooled TTFT and TPOT figures (MAPE, median absolute error, signed bias, in %), the same per
-group and per slice (backend, GPU generation, dense / MoE / MoE with attention DP > 1, mode),
+group and per slice (backend, GPU generation, dense / MoE / MoE with attention DP > 1, mode,
+vLLM with / without async scheduling),
 and the median simulated/measured ratio per concurrency bucket (<= 8, 9-64, > 64 clients).
 
 The pooled figures (and the concurrency buckets) are over the aggregated rows; the slices by
@@ -52,7 +53,7 @@ from dynosim.perf.catalog import model_spec
 from dynosim.validation.measurement import Measurement
 from dynosim.validation.measurements import read_measurements
 from dynosim.validation.silicon import CALIBRATION_GROUPS, silicon_csv
-from dynosim.validation.validate import replay
+from dynosim.validation.validate import overlapped, replay
 
 BUCKETS = (("c<=8", 1, 8), ("c 9-64", 9, 64), ("c>64", 65, 1 << 30))
 CHUNK = 12  # rows per task: a worker keeps one group's perf tables warm across its chunk
@@ -184,6 +185,11 @@ SLICES: dict[str, Callable[[Measurement], str]] = {
     "GPU generation": _gen,
     "architecture": arch,
     "mode": lambda m: m.mode,
+    # vLLM with and without async scheduling (the release's default or the recipe's flag:
+    # dynosim.validation.validate.overlapped); other backends: no such slice ("")
+    "vLLM scheduling": lambda m: (
+        f"vllm {'async' if overlapped(m) else 'sync'}" if m.backend == "vllm" else ""
+    ),
 }
 
 
@@ -217,6 +223,7 @@ def summarise(rows: Sequence[Measurement], outcomes: Sequence[Outcome]) -> dict[
             title: {
                 key: _stats(p for p in pairs if f(p[0]) == key)
                 for key in sorted({f(m) for m, _ in pairs})
+                if key
             }
             for title, f in SLICES.items()
         }

@@ -16,7 +16,7 @@ BLOCK_SIZES = (16, 32, 64, 128, 256, 512)
 SGLANG_PAGE_SIZES = (1, 2, 4, 8)
 """Page sizes below 16 tokens: SGLang only (its ``--page-size`` defaults to 1)."""
 BACKEND_ENGINE_FIELDS: dict[str, tuple[str, ...]] = {
-    "vllm": (),
+    "vllm": ("async_scheduling",),
     "sglang": (
         "enable_mixed_chunk",
         "max_prefill_tokens",
@@ -47,6 +47,13 @@ class EngineConfig:
       prefill batch), ``schedule_policy`` (``fcfs`` | ``lpm``: longest prefix match first),
       ``schedule_conservativeness`` (1.0: scales the output-token reservation that decides
       admission);
+    * vLLM: ``async_scheduling`` (``--async-scheduling`` / ``--no-async-scheduling``; default
+      on since vLLM 0.14.0, whose release notes say "Async scheduling is now enabled by
+      default", PR vllm-project/vllm#27614; off in earlier releases unless the flag is given).
+      The scheduler then runs one step ahead of the GPU, so its host work per step (schedule,
+      prepare inputs, process outputs) overlaps the previous step's kernels; without it that
+      work runs between steps. ``false`` adds the calibration profile's ``synchronous`` step
+      terms (:attr:`~dynosim.perf.calibration.BackendCalibration.synchronous`) to every step;
     * TRT-LLM (``tensorrt_llm/llmapi/llm_args.py`` ``SchedulerConfig``):
       ``capacity_scheduler_policy`` (``GUARANTEED_NO_EVICT``, the default: a request is
       admitted only if its whole output's KV can be reserved, and nothing is ever evicted |
@@ -64,6 +71,7 @@ class EngineConfig:
     schedule_policy: SchedulePolicy | None = None
     schedule_conservativeness: float | None = None
     capacity_scheduler_policy: CapacityPolicy | None = None
+    async_scheduling: bool | None = None
 
     def __post_init__(self) -> None:
         integer("engine.max_num_seqs", self.max_num_seqs, 1, 65536)
@@ -74,6 +82,8 @@ class EngineConfig:
             )
         if self.enable_mixed_chunk is not None:
             flag("engine.enable_mixed_chunk", self.enable_mixed_chunk)
+        if self.async_scheduling is not None:
+            flag("engine.async_scheduling", self.async_scheduling)
         if self.max_prefill_tokens is not None:
             integer("engine.max_prefill_tokens", self.max_prefill_tokens, 1, 1 << 20)
         if self.schedule_policy is not None:

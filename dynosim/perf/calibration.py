@@ -10,6 +10,9 @@ A profile is a YAML file (``calibration: PROFILE.yaml`` in a deployment; absent:
 * ``generations`` (optional): the same step terms for the GPUs of one generation
   (:data:`GENERATIONS`), fitted where the calibration rows of that generation support it; a
   GPU of a generation without its own terms takes ``step``;
+* ``synchronous`` (optional, vLLM): the host work per step that async scheduling overlaps with
+  the GPU (``base_us``, ``per_request_us``, ``per_token_us``), added to every step of an engine
+  that runs without it (``engine.async_scheduling: false``; vLLM before 0.14 by default);
 * ``host``: per-request host cost in front of the engine, ``request_us`` (HTTP, request setup,
   the tokenizer call, first-token streaming) and ``input_token_us`` (tokenisation per prompt
   token), and ``output_token_us``, the time the server's process spends streaming one output
@@ -152,6 +155,11 @@ class BackendCalibration:
     """One backend's calibration: step overhead, host cost, residual spread.
 
     ``generations``: step terms of their own for the GPUs of a generation (:meth:`step_for`).
+    ``synchronous``: the step overhead an engine adds when it does not overlap its scheduling
+    with the GPU (vLLM ``--no-async-scheduling``, the default before vLLM 0.14: the
+    scheduler's work for step N+1 and the output processing of step N run between the steps
+    instead of under step N's kernels, vllm-project/vllm PR #19970); only its ``_us`` terms
+    are used.
     ``unrecorded_client``: the client model that best explained the fitted rows that record no
     client (``dynosim calibrate`` tries each of :data:`UNRECORDED_CLIENTS`); such rows of this
     backend are replayed with it. ``sources``: the measurement files (a row's ``source``)
@@ -165,11 +173,22 @@ class BackendCalibration:
     unrecorded_client: str = "closed-loop"
     sources: Mapping[str, SourceCalibration] = field(default_factory=dict)
     generations: Mapping[str, StepCalibration] = field(default_factory=dict)
+    synchronous: StepCalibration | None = None
 
-    def step_for(self, gpu: str) -> StepCalibration:
-        """The step terms on ``gpu``: its generation's (:data:`GENERATIONS`), else ``step``."""
+    def step_for(self, gpu: str, overlapped: bool = True) -> StepCalibration:
+        """The step terms on ``gpu``: its generation's (:data:`GENERATIONS`), else ``step``.
+
+        ``overlapped=False`` (an engine without async scheduling): plus the ``synchronous``
+        overhead terms, when the profile has them.
+        """
         own = self.generations.get(gpu_generation(gpu) or "")
-        return own if own is not None else self.step
+        s = own if own is not None else self.step
+        x = self.synchronous
+        if overlapped or x is None:
+            return s
+        return replace(s, base_us=s.base_us + x.base_us,
+                       per_request_us=s.per_request_us + x.per_request_us,
+                       per_token_us=s.per_token_us + x.per_token_us)  # fmt: skip
 
     def client_for(self, source: str) -> str:
         """The client model of a row from ``source`` that records none."""
@@ -217,6 +236,11 @@ class CalibrationProfile:
                     **(
                         {"generations": {g: asdict(c) for g, c in sorted(b.generations.items())}}
                         if b.generations
+                        else {}
+                    ),
+                    **(
+                        {"synchronous": {k: getattr(b.synchronous, k) for k in SYNC_KEYS}}
+                        if b.synchronous is not None
                         else {}
                     ),
                 }
@@ -289,10 +313,12 @@ def _section(where: str, name: str, data: object, keys: tuple[str, ...]) -> dict
 
 
 STEP_KEYS = ("base_us", "per_request_us", "per_token_us", "prefill", "decode")
+SYNC_KEYS = STEP_KEYS[:3]
+"""The terms of a backend's ``synchronous`` section (step overheads, no kernel factors)."""
 
 
-def _step(where: str, name: str, raw: object) -> StepCalibration:
-    s = _section(where, f"{name} with", raw, STEP_KEYS)
+def _step(where: str, name: str, raw: object, keys: tuple[str, ...] = STEP_KEYS) -> StepCalibration:
+    s = _section(where, f"{name} with", raw, keys)
     return StepCalibration(**{
         k: _number(where, f"{name}.{k}", v, 0.0 if k.endswith("_us") else 0.01,
                    1e7 if k.endswith("_us") else 100.0)
@@ -313,7 +339,8 @@ def profile_from_dict(data: object, where: str) -> CalibrationProfile:
     backends_raw = _section(where, "backends with", top.get("backends"), BACKENDS)
     backends = {}
     for name, raw in backends_raw.items():
-        keys = ("step", "host", "sigma", "unrecorded_client", "sources", "generations")
+        keys = ("step", "host", "sigma", "unrecorded_client", "sources", "generations",
+                "synchronous")  # fmt: skip
         b = _section(where, f"backends.{name} with", raw, keys)
         step = _step(where, f"backends.{name}.step", b.get("step"))
         gens = _section(where, f"backends.{name}.generations with", b.get("generations"),
@@ -332,9 +359,12 @@ def profile_from_dict(data: object, where: str) -> CalibrationProfile:
         client = _client(where, f"backends.{name}.unrecorded_client",
                          b.get("unrecorded_client", "closed-loop"))  # fmt: skip
         sources = _sources(where, f"backends.{name}.sources", b.get("sources"))
+        sync = (_step(where, f"backends.{name}.synchronous", b["synchronous"], SYNC_KEYS)
+                if b.get("synchronous") is not None else None)  # fmt: skip
         backends[name] = BackendCalibration(step=step, host=host, sigma=sigma,
                                             unrecorded_client=client, sources=sources,
-                                            generations=generations)  # fmt: skip
+                                            generations=generations,
+                                            synchronous=sync)  # fmt: skip
     fitted = top.get("fitted_on") or {}
     if not isinstance(fitted, Mapping):
         raise ConfigError("calibration", where, "fitted_on a mapping")

@@ -98,10 +98,13 @@ def step_calibration(config: DeploymentConfig) -> StepCalibration:
     """The step calibration of ``config``'s backend; ``framework_overhead_us`` overrides it.
 
     An override is a constant per step (no per-request or per-token term, kernel factors 1).
+    An engine without async scheduling (``engine.async_scheduling: false``) also pays the
+    profile's ``synchronous`` terms.
     """
     if config.framework_overhead_us is not None:
         return StepCalibration(base_us=float(config.framework_overhead_us))
-    return deployment_profile(config).backend(config.backend).step_for(config.gpu)
+    overlapped = config.engine.async_scheduling is not False
+    return deployment_profile(config).backend(config.backend).step_for(config.gpu, overlapped)
 
 
 def framework_overhead(config: DeploymentConfig) -> FrameworkOverhead:

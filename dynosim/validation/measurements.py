@@ -234,6 +234,8 @@ def _silicon(path: Path, line: int, r: dict[str, str]) -> Measurement:
         warmups=warmups,
         source=source.split(";", 1)[0].strip().removeprefix("source_file="),
     )
+    if base.backend == "vllm" and client is None and _before(r.get("backend_version"), (0, 14)):
+        base = replace(base, engine={"async_scheduling": False})
     if base.mode == "disagg":
         try:
             dtype, prefill, decode = parse_disagg_pools(r)
@@ -263,6 +265,18 @@ def _silicon(path: Path, line: int, r: dict[str, str]) -> Measurement:
         attention_dp=row.attention_dp,
         kv_cache_dtype=row_kv_dtype(row.backend, row.dtype),
     )
+
+
+def _before(version: str | None, release: tuple[int, int]) -> bool:
+    """Whether a ``backend_version`` such as ``0.12.0`` names a release before ``release``.
+
+    A vLLM row that records no client (AIConfigurator's own runs, which record no engine
+    flags either) ran the release's defaults: before vLLM 0.14.0 that is no async scheduling
+    (its release notes: "Async scheduling is now enabled by default", PR #27614). Versions
+    that do not parse (empty, ``nightly-...``) are not before anything.
+    """
+    found = re.match(r"(\d+)\.(\d+)", (version or "").strip())
+    return found is not None and (int(found.group(1)), int(found.group(2))) < release
 
 
 def _internal(source: str) -> bool:

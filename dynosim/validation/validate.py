@@ -85,8 +85,11 @@ def recipe_engine(m: Measurement) -> dict[str, Any]:
 
     From SemiAnalysis InferenceX's per-recipe launch scripts (as issue 9 quotes them): vLLM runs
     with ``--max-num-batched-tokens 2*ISL --no-enable-prefix-caching --block-size 32
-    --gpu-memory-utilization 0.90``; TRT-LLM with ``max_num_tokens = max(8192,
-    round_up_64(c + ISL + 64))`` and no KV block reuse. SGLang recipes set
+    --gpu-memory-utilization 0.90`` and async scheduling on whatever the release (its
+    ``benchmarks/70b_b200_slurm.sh`` passes ``--async-scheduling``,
+    ``gptoss_fp4_h100_slurm.sh`` and ``gptoss_fp4_h200_slurm.sh`` write ``async-scheduling:
+    true`` into their config); TRT-LLM with ``max_num_tokens = max(8192, round_up_64(c + ISL
+    + 64))`` and no KV block reuse. SGLang recipes set
     ``--chunked-prefill-size``, ``--max-running-requests`` and ``--disable-radix-cache``, whose
     values are not recorded in the rows: only the radix cache is turned off.
     """
@@ -94,11 +97,21 @@ def recipe_engine(m: Measurement) -> dict[str, Any]:
         return {}
     if m.backend == "vllm":
         return {"max_num_batched_tokens": max(2 * m.isl, m.concurrency), "block_size": 32,
-                "gpu_memory_utilization": 0.9, "enable_prefix_caching": False}  # fmt: skip
+                "gpu_memory_utilization": 0.9, "enable_prefix_caching": False,
+                "async_scheduling": True}  # fmt: skip
     if m.backend == "trtllm":
         tokens = max(8192, -(-(m.concurrency + m.isl + 64) // 64) * 64)
         return {"max_num_batched_tokens": tokens, "enable_prefix_caching": False}
     return {"enable_prefix_caching": False}
+
+
+def overlapped(m: Measurement) -> bool:
+    """Whether the row's engine overlaps its scheduling with the GPU (vLLM async scheduling).
+
+    False for a vLLM row that runs without it (:func:`recipe_engine`, then the row's own
+    ``engine``); such a row's steps pay the profile's ``synchronous`` terms too.
+    """
+    return {**recipe_engine(m), **m.engine}.get("async_scheduling") is not False
 
 
 def row_config(m: Measurement, timing: str = "aic") -> DeploymentConfig:
@@ -241,7 +254,8 @@ def replay(
             config = replace(config, host=cost.host_config(m.backend, delays=host_in_sim))
             cost = HostCalibration() if host_in_sim else replace(cost, output_token_us=0.0)
         requests, warmup = row_requests(m, rounds)
-        perf = row_perf(m, step or cal.step_for(m.gpu), timing)
+        overlapped = config.engine.async_scheduling is not False
+        perf = row_perf(m, step or cal.step_for(m.gpu, overlapped), timing)
         rec = Simulation(config, requests, perf=perf).run(warmup_requests=warmup).records
     except DynosimError as exc:
         return RowResult(m, nan, nan, str(exc))

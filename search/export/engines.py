@@ -157,6 +157,8 @@ def vllm_flags(cfg: DeploymentConfig, _yaml: str) -> tuple[list[str], list[str],
             "model's context length (--max-model-len)"
         )
     flags += ["--gpu-memory-utilization", num(e.gpu_memory_utilization)]
+    if e.async_scheduling is not None:  # both flags exist since vLLM 0.14 (default on)
+        flags.append("--async-scheduling" if e.async_scheduling else "--no-async-scheduling")
     flags += _quant(cfg, notes, kv_flag=("--kv-cache-dtype", "fp8"))
     sp = cfg.speculative
     if sp is not None and sp.num_speculative_tokens:

@@ -22,6 +22,7 @@ from dynosim.validation.calibrate.linear import (
     F64,
     PARAMS,
     STEP_PARAMS,
+    SYNC_PARAMS,
     Design,
     host_matrix,
     predict,
@@ -36,6 +37,7 @@ __all__ = [
     "fit_backend",
     "fit_generations",
     "fit_theta",
+    "fit_theta_sync",
     "row_steps",
 ]
 
@@ -47,6 +49,18 @@ def fit_theta(
     own: Sequence[str] = (),
     slots: npt.NDArray[np.intp] | None = None,
 ) -> F64:
+    """Least-squares parameters on the rows ``idx`` of ``d`` (:func:`fit_theta_sync`'s)."""
+    return fit_theta_sync(d, idx, opts, own, slots)[0]
+
+
+def fit_theta_sync(
+    d: Design,
+    idx: npt.NDArray[np.intp],
+    opts: FitOptions,
+    own: Sequence[str] = (),
+    slots: npt.NDArray[np.intp] | None = None,
+    sync_free: bool = True,
+) -> tuple[F64, F64]:
     """Least-squares parameters on the rows ``idx`` of ``d`` (see the module docstring).
 
     With ``own`` sources (:func:`host_matrix`) the result has their host delays after the
@@ -59,21 +73,30 @@ def fit_theta(
     (:data:`STEP_PARAMS`), each on the rows of its slot, together with one set of host delays:
     the result is the S sets one after the other, then the host delays. A slot without rows
     in ``idx`` keeps the neutral terms (no overhead, kernel factors 1).
+
+    Rows of engines without async scheduling (:attr:`~.linear.Design.synchronous`) also
+    pay the :data:`~.linear.SYNC_PARAMS` overheads, fitted with the rest (bounded below by
+    0) when ``idx`` has such rows and ``sync_free``; returned second (zeros otherwise).
     """
     k = len(STEP_PARAMS)
     slot = np.zeros(len(d.rows), dtype=np.intp) if slots is None else slots
     n_slots = int(slot.max()) + 1 if len(slot) else 1
     base = len(PARAMS) + 2 * len(own)
-    n_params = base + (n_slots - 1) * k
+    sync_rows = d.synchronous[idx] if len(idx) else np.zeros(0, dtype=bool)
+    ns = len(SYNC_PARAMS) if sync_free and sync_rows.any() else 0
+    n_params = base + (n_slots - 1) * k + ns
     h0 = n_slots * k  # first host parameter
+    nh = base - k  # host parameters (the backend's pair, then each own source's)
 
     def spread(a: F64) -> F64:
-        """``a``'s step columns moved to each row's slot."""
+        """``a``'s step columns moved to each row's slot (and to the synchronous terms)."""
         out = np.zeros((len(a), n_params))
         for j in range(n_slots):
             mine = slot[idx] == j
             out[mine, j * k : (j + 1) * k] = a[mine, :k]
-        out[:, h0:] = a[:, k:]
+        out[:, h0 : h0 + nh] = a[:, k:]
+        if ns:
+            out[sync_rows, h0 + nh :] = a[sync_rows, :ns]
         return out
 
     free = np.ones(n_params, dtype=bool)
@@ -86,7 +109,7 @@ def fit_theta(
         if counts[j] == 0:
             free[j * k : (j + 1) * k] = False
     if not opts.fit_host:
-        free[h0:] = False
+        free[h0 : h0 + nh] = False
     att = host_matrix(d, own)
     at = spread(att[idx] / d.measured_ttft[idx, None])
     tp = np.zeros((len(idx), base))
@@ -112,10 +135,11 @@ def fit_theta(
     rest = np.abs(att[idx, 5:7]).any(axis=1).sum()
     if own and opts.fit_host and rest < SOURCE_HOST_ROWS:
         full = spread(att[idx])
-        engine = full @ theta - full[:, h0:] @ theta[h0:]
+        engine = full @ theta - full[:, h0 : h0 + nh] @ theta[h0 : h0 + nh]
         theta[h0 : h0 + 2] = _host_delays(engine, d.ttft[idx, 6] * 1e3, d.measured_ttft[idx],
                                           opts.ttft_weight)  # fmt: skip
-    return theta
+    sync = theta[h0 + nh :].copy() if ns else np.zeros(len(SYNC_PARAMS))
+    return theta[: h0 + nh], sync
 
 
 _F_SCALE = 0.1
@@ -196,6 +220,7 @@ class BackendFit:
     output_token_us: float = 0.0  # the host's streaming cost (fitted by :func:`fit_host`)
     own: list[str] = field(default_factory=list)  # sources with host delays of their own
     generations: dict[str, F64] = field(default_factory=dict)  # step terms per GPU generation
+    sync: F64 = field(default_factory=lambda: np.zeros(len(SYNC_PARAMS)))  # without async sched.
 
     @property
     def source_hosts(self) -> dict[str, tuple[float, float]]:
@@ -207,7 +232,7 @@ class BackendFit:
     def fitted(self) -> tuple[F64, F64]:
         """In-sample (TTFT, TPOT) of the linear model (without the streaming cost)."""
         steps = row_steps(self.design, self.theta, self.generations)
-        return predict(self.design, self.theta, self.own, steps)
+        return predict(self.design, self.theta, self.own, steps, self.sync)
 
     def loss(self, ttft_weight: float = 1.0) -> float:
         """The fit's robust loss in sample, without the kernel factors' prior.
@@ -250,8 +275,13 @@ least this many of its rows, from two configurations or more (the rule of
 
 
 def fit_generations(
-    d: Design, idx: npt.NDArray[np.intp], opts: FitOptions, own: Sequence[str], theta: F64
-) -> tuple[F64, dict[str, F64]]:
+    d: Design,
+    idx: npt.NDArray[np.intp],
+    opts: FitOptions,
+    own: Sequence[str],
+    theta: F64,
+    sync: F64 | None = None,
+) -> tuple[F64, dict[str, F64], F64]:
     """Step terms (:data:`STEP_PARAMS`) of each GPU generation the rows ``idx`` support.
 
     Why per generation: the framework's work per step (Python scheduling, sampling, CUDA-graph
@@ -265,9 +295,11 @@ def fit_generations(
     are all of one generation there is nothing to tell apart and the backend's terms are its.
 
     Returns ``theta`` with the host delays of the joint fit (its step terms, the backend's,
-    stay those of ``theta``: what a GPU of another generation runs with) and the terms of
-    each generation (empty: ``theta`` unchanged).
+    stay those of ``theta``: what a GPU of another generation runs with), the terms of
+    each generation (empty: ``theta`` unchanged) and the synchronous terms (:func:`fit_theta_sync`,
+    fitted only when ``sync`` is given; ``sync``, else zeros, when nothing is refitted).
     """
+    none = sync if sync is not None else np.zeros(len(SYNC_PARAMS))
     gens = [gpu_generation(m.gpu) or "" for m in d.rows]
     present = sorted({gens[i] for i in idx})
     kept = [
@@ -279,13 +311,13 @@ def fit_generations(
         and len({d.configuration(d.rows[i]) for i in idx if gens[i] == g}) >= 2
     ]
     if not kept:
-        return theta, {}
+        return theta, {}, none
     slots = np.array([kept.index(g) + 1 if g in kept else 0 for g in gens], dtype=np.intp)
-    joint = fit_theta(d, idx, opts, own, slots)
+    joint, joint_sync = fit_theta_sync(d, idx, opts, own, slots, sync is not None)
     k = len(STEP_PARAMS)
     out = theta.copy()
     out[k:] = joint[(len(kept) + 1) * k :]
-    return out, {g: joint[(j + 1) * k : (j + 2) * k] for j, g in enumerate(kept)}
+    return out, {g: joint[(j + 1) * k : (j + 2) * k] for j, g in enumerate(kept)}, joint_sync
 
 
 def row_steps(d: Design, theta: F64, generations: dict[str, F64]) -> F64:
@@ -307,25 +339,49 @@ def fit_backend(d: Design, backend: str, before: F64, opts: FitOptions) -> Backe
     With ``opts.generations`` the step terms are fitted per GPU generation where the rows
     support it (:func:`fit_generations`); a held-out configuration whose generation then has
     too few rows left is predicted with the backend's terms.
+
+    With rows of engines without async scheduling (and ``opts.synchronous``) the fit is made
+    with and without their own overheads (:data:`~.linear.SYNC_PARAMS`), and the one with
+    the smaller leave-one-configuration-out error (:meth:`BackendFit.held_out_error`) is
+    kept: terms fitted on few configurations must predict the others, or they are noise.
     """
     own = _own_sources(d.rows) if opts.source_hosts and opts.fit_host else []
+    fits = [_fit_backend(d, backend, before, opts, own, sync_free=False)]
+    if opts.synchronous and d.synchronous.any():
+        fits.append(_fit_backend(d, backend, before, opts, own, sync_free=True))
+    return min(fits, key=lambda f: f.held_out_error())
+
+
+def _fit_backend(
+    d: Design,
+    backend: str,
+    before: F64,
+    opts: FitOptions,
+    own: list[str],
+    *,
+    sync_free: bool,
+) -> BackendFit:
+    """:func:`fit_backend` with the synchronous overheads fitted (``sync_free``) or 0."""
     all_idx = np.arange(len(d.rows))
 
-    def fit(idx: npt.NDArray[np.intp]) -> tuple[F64, dict[str, F64]]:
-        th = fit_theta(d, idx, opts, own)
-        return fit_generations(d, idx, opts, own, th) if opts.generations else (th, {})
+    def fit(idx: npt.NDArray[np.intp]) -> tuple[F64, dict[str, F64], F64]:
+        th, sync = fit_theta_sync(d, idx, opts, own, sync_free=sync_free)
+        if not opts.generations:
+            return th, {}, sync
+        return fit_generations(d, idx, opts, own, th, sync if sync_free else None)
 
-    theta, gens = fit(all_idx)
+    theta, gens, sync = fit(all_idx)
     loo_t, loo_p = np.empty(len(d.rows)), np.empty(len(d.rows))
-    pt, pp = predict(d, theta, own, row_steps(d, theta, gens))
+    pt, pp = predict(d, theta, own, row_steps(d, theta, gens), sync)
     for out in _configurations(d):
         if out.all():  # one configuration only: nothing to hold out against
             loo_t[out], loo_p[out] = pt[out], pp[out]
             continue
-        th, g = fit(all_idx[~out])
-        t, p = predict(d, th, own, row_steps(d, th, g))
+        th, g, sy = fit(all_idx[~out])
+        t, p = predict(d, th, own, row_steps(d, th, g), sy)
         loo_t[out], loo_p[out] = t[out], p[out]
-    return BackendFit(backend, d, theta, before, loo_t, loo_p, own=own, generations=gens)
+    return BackendFit(backend, d, theta, before, loo_t, loo_p, own=own, generations=gens,
+                      sync=sync)  # fmt: skip
 
 
 def _host_delays(engine_ttft: F64, isl: F64, measured: F64, weight: float) -> tuple[float, float]:

@@ -17,13 +17,14 @@ import numpy.typing as npt
 
 from dynosim.perf.calibration import BackendCalibration, HostCalibration, StepCalibration
 from dynosim.validation.measurement import Measurement
-from dynosim.validation.validate import assume_client, replay, row_requests
+from dynosim.validation.validate import assume_client, overlapped, replay, row_requests
 
 __all__ = [
     "DECODE_PROBE",
     "PARAMS",
     "PROBES",
     "STEP_PARAMS",
+    "SYNC_PARAMS",
     "Design",
     "calibration_theta",
     "design",
@@ -38,6 +39,10 @@ PARAMS = ("base_us", "per_request_us", "per_token_us", "prefill_over_decode", "d
           "request_us", "input_token_us")  # fmt: skip
 STEP_PARAMS = PARAMS[:5]
 """The step terms of ``theta`` (the rest are the host delays)."""
+SYNC_PARAMS = PARAMS[:3]
+"""The step overheads an engine without async scheduling pays on top (a profile's
+``synchronous`` section): fitted beside ``theta`` on the rows of such engines, whose columns
+for them are their own overhead columns (:attr:`Design.synchronous`)."""
 # One probe per step term: the step calibration, and the parameter value it stands for.
 PROBES: tuple[tuple[StepCalibration, float], ...] = (
     (StepCalibration(base_us=1000.0, prefill=0.0, decode=0.0), 1000.0),
@@ -88,6 +93,11 @@ class Design:
         return Design(rows=self.rows, ttft=ttft, tpot=tpot, refused=self.refused,
                       alt_ttft=self.ttft[:, 3].copy(), alt_tpot=self.tpot[:, 3].copy(),
                       decode_first=not self.decode_first)  # fmt: skip
+
+    @property
+    def synchronous(self) -> npt.NDArray[np.bool_]:
+        """Which rows ran an engine without async scheduling (they pay :data:`SYNC_PARAMS`)."""
+        return np.array([not overlapped(m) for m in self.rows], dtype=bool)
 
     @property
     def measured_ttft(self) -> F64:
@@ -197,15 +207,24 @@ def host_matrix(d: Design, own: Sequence[str] = ()) -> F64:
 
 
 def predict(
-    d: Design, theta: F64, own: Sequence[str] = (), steps: F64 | None = None
+    d: Design,
+    theta: F64,
+    own: Sequence[str] = (),
+    steps: F64 | None = None,
+    sync: F64 | None = None,
 ) -> tuple[F64, F64]:
     """Predicted (TTFT, TPOT) in ms of every row of ``d`` with parameters ``theta``.
 
     ``theta`` has the host delays of each source of ``own`` after :data:`PARAMS`'s. ``steps``
     (rows x :data:`STEP_PARAMS`) gives each row step terms of its own instead of ``theta``'s
-    (per GPU generation: :func:`~dynosim.validation.calibrate.fit.row_steps`).
+    (per GPU generation: :func:`~dynosim.validation.calibrate.fit.row_steps`). ``sync``
+    (:data:`SYNC_PARAMS`): what the rows of engines without async scheduling pay on top.
     """
     ttft, tpot = host_matrix(d, own) @ theta, d.tpot @ theta[: len(PARAMS)]
+    if sync is not None and sync.any():
+        n, mask = len(SYNC_PARAMS), d.synchronous
+        ttft = ttft + mask * (d.ttft[:, :n] @ sync)
+        tpot = tpot + mask * (d.tpot[:, :n] @ sync)
     if steps is None:
         return ttft, tpot
     k = len(STEP_PARAMS)

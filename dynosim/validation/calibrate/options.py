@@ -54,6 +54,9 @@ class FitOptions:
             (:func:`~.fit.fit_generations`).
         factor_bounds: ``(low, high)``, the range each fitted kernel factor is kept in
             (:data:`FACTOR_BOUNDS`); ``low <= 1 <= high``.
+        synchronous: Fit the overheads of engines without async scheduling
+            (:data:`~.linear.SYNC_PARAMS`) where the rows have such engines, kept only when
+            they make the leave-one-configuration-out error smaller (:func:`~.fit.fit_backend`).
     """
 
     fit_factors: bool = True
@@ -64,6 +67,7 @@ class FitOptions:
     source_hosts: bool = True
     generations: bool = True
     factor_bounds: tuple[float, float] = FACTOR_BOUNDS
+    synchronous: bool = True
 
     def __post_init__(self) -> None:
         """Refuse kernel-factor bounds that exclude 1 or are not a range of positive factors."""

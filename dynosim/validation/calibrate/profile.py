@@ -21,6 +21,7 @@ from dynosim.perf.calibration import (
     BackendCalibration,
     CalibrationProfile,
     SourceCalibration,
+    StepCalibration,
 )
 from dynosim.validation.calibrate.fit import BackendFit, fit_backend
 from dynosim.validation.calibrate.linear import (
@@ -148,6 +149,15 @@ def _either_split(
     return first
 
 
+def synchronous(f: BackendFit) -> StepCalibration | None:
+    """The fit's overheads of an engine without async scheduling (None: it had no such rows)."""
+    if not f.sync.any():  # no such rows, or their own terms did not predict better
+        return None
+    base, per_request, per_token = (float(x) for x in f.sync)
+    return StepCalibration(base_us=round(base, 2), per_request_us=round(per_request, 3),
+                           per_token_us=round(per_token, 4))  # fmt: skip
+
+
 def group_errors(
     rows: Sequence[Measurement], ttft: F64, tpot: F64
 ) -> dict[tuple[str, str, str, str], dict[str, float]]:
@@ -216,7 +226,7 @@ def calibrate(
         sources = {s: SourceCalibration(client=c) for s, c in chosen.items() if c != default}
         gens = {g: step_calibration(v, first) for g, v in f.generations.items()}
         cal = BackendCalibration(step=step, host=host, unrecorded_client=default, sources=sources,
-                                 generations=gens)  # fmt: skip
+                                 generations=gens, synchronous=synchronous(f))  # fmt: skip
         if opts.fit_host:
             f = fit_host(f, cal, rounds=rounds, timing=timing, opts=opts)
             step, host = theta_calibration(f.theta, first)

@@ -125,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"{f.backend}: step {_fmt(b.step)}; host {_fmt(b.host)}; "
                       f"sigma {dict(b.sigma)}; rows without a client replayed as "
                       f"{b.unrecorded_client}")  # fmt: skip
+        if line := _sync_line(f, b):
+            console.print(line)
         for source, own in sorted(b.sources.items()):
             h = b.host_for(source)
             console.print(f"  those of {source}: {own.client}, host request_us="
@@ -190,6 +192,19 @@ def factor_warnings(profile: Any, backends: list[str]) -> list[str]:
                         "explained; check the measurements' client, GPU and engine flags"
                     )
     return out
+
+
+def _sync_line(fit: Any, cal: Any) -> str:
+    """What the fit says of its rows of engines without async scheduling ("": none)."""
+    n = int(fit.design.synchronous.sum())
+    if cal.synchronous is not None:
+        terms = {k: getattr(cal.synchronous, k) for k in ("base_us", "per_request_us",
+                                                          "per_token_us")}  # fmt: skip
+        return f"  without async scheduling ({n} rows): step + {terms}"
+    if n:
+        return (f"  without async scheduling ({n} rows): no overheads of their own (fitted, "
+                "they predicted the held-out configurations worse)")  # fmt: skip
+    return ""
 
 
 def _n_configurations(fit: Any) -> int:

@@ -60,6 +60,7 @@ def vllm_parser(*, dynamo: bool = False) -> Parser:
     p.add_argument("--block-size", type=int, choices=[1, 8, 16, 32, 64, 128, 256])
     _bool_opt(p, "--enable-prefix-caching")
     _bool_opt(p, "--enable-chunked-prefill")
+    _bool_opt(p, "--async-scheduling")  # vllm/config/scheduler.py async_scheduling (0.14+)
     p.add_argument("--gpu-memory-utilization", type=float)
     cache = ["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla"]
     p.add_argument("--kv-cache-dtype", choices=cache)
@@ -229,6 +230,14 @@ def test_vllm_commands_parse(caching: bool, chunked: bool, dtype: str) -> None:
     for cmd in ex.router.commands[1:]:
         w = parse(vllm_parser(dynamo=True), cmd, 3)
         assert (w.model, w.enable_prefix_caching) == (MODEL, caching)
+
+
+@pytest.mark.parametrize("value", [None, True, False])
+def test_vllm_async_scheduling_flag(value: bool | None) -> None:
+    engine = {} if value is None else {"async_scheduling": value}
+    ex = run(config(backend="vllm", engine=engine))
+    for cmd in ex.engine.commands:
+        assert parse(vllm_parser(), cmd, 1).async_scheduling is value
 
 
 def test_vllm_block_size_without_equivalent_is_a_note() -> None:
