@@ -141,10 +141,11 @@ def with_margin(
 
     The spread is the deployment's calibration profile's (or the shipped one's) for the
     fixed backend, or the largest over the backends a ``backend`` knob offers; see
-    :func:`dynosim.perf.calibration.with_margin`.
+    :func:`dynosim.perf.error_bands.with_margin`.
     """
-    from dynosim.perf.calibration import load_profile, metric_error_kind, parse_quantile
-    from dynosim.perf.calibration import with_margin as tighten
+    from dynosim.perf.calibration import load_profile
+    from dynosim.perf.error_bands import metric_error_kind, parse_quantile
+    from dynosim.perf.error_bands import with_margin as tighten
 
     q = parse_quantile(raw, f"{at}slo_margin")
     path = fixed.get("calibration")

@@ -267,7 +267,7 @@ def error_bands(m: Metrics, config: Any) -> dict[str, dict[str, float]]:
     TTFT takes the backend's ``ttft`` spread, ITL (and 1/ITL) its ``tpot`` spread; request
     latency is not calibrated (no band).
     """
-    from dynosim.perf.calibration import band
+    from dynosim.perf.error_bands import band
     from dynosim.perf.overhead import deployment_profile
 
     profile = deployment_profile(config)

@@ -10,16 +10,8 @@ import pytest
 
 from dynosim.config import DeploymentConfig, HostConfig
 from dynosim.errors import ConfigError
-from dynosim.perf.calibration import (
-    DEFAULT_PROFILE,
-    StepCalibration,
-    band,
-    load_profile,
-    parse_quantile,
-    tightened,
-    with_margin,
-    z_score,
-)
+from dynosim.perf.calibration import DEFAULT_PROFILE, StepCalibration, load_profile
+from dynosim.perf.error_bands import band, parse_quantile, tightened, with_margin, z_score
 from dynosim.perf.linear import LinearStepTime
 from dynosim.perf.overhead import (
     NO_OVERHEAD,
