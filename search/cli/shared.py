@@ -14,6 +14,7 @@ import os
 import shlex
 import sys
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,15 @@ def make_console() -> Any:
 
     wide = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160
     return Console(width=wide)
+
+
+def spinner(console: Any, text: str) -> AbstractContextManager[Any]:
+    """``console.status(text)`` on a terminal; elsewhere nothing.
+
+    Rich shows no spinner on a pipe anyway, and its live-display modules then need not be
+    imported (about 5 ms of a process's start-up).
+    """
+    return console.status(text) if console.is_terminal else contextlib.nullcontext()
 
 
 def add_context_arguments(p: argparse.ArgumentParser) -> None:

@@ -26,6 +26,7 @@ from search.cli.shared import (
     make_console,
     refuse_trace_as_workload,
     slo_unit_warnings,
+    spinner,
     writing,
 )
 
@@ -125,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     # Everything made so far (modules, config, requests) lives as long as the process: moved out
     # of the collector's sight, full collections during the run and at exit do not walk it.
     gc.freeze()
-    with console.status(f"simulating {len(workload.requests):,} requests..."):
+    with spinner(console, f"simulating {len(workload.requests):,} requests..."):
         sim = Simulation(
             config,
             workload.requests,
