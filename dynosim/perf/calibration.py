@@ -13,6 +13,8 @@ A profile is a YAML file (``calibration: PROFILE.yaml`` in a deployment; absent:
 * ``synchronous`` (optional, vLLM): the host work per step that async scheduling overlaps with
   the GPU (``base_us``, ``per_request_us``, ``per_token_us``), added to every step of an engine
   that runs without it (``engine.async_scheduling: false``; vLLM before 0.14 by default);
+* ``per_layer_us`` (optional): step overhead per decoder layer of the model, added to the step's
+  ``base_us`` (:attr:`BackendCalibration.per_layer_us`);
 * ``host``: per-request host cost in front of the engine, ``request_us`` (HTTP, request setup,
   the tokenizer call, first-token streaming) and ``input_token_us`` (tokenisation per prompt
   token), and ``output_token_us``, the time the server's process spends streaming one output
@@ -168,15 +170,19 @@ class BackendCalibration:
     sources: Mapping[str, SourceCalibration] = field(default_factory=dict)
     generations: Mapping[str, StepCalibration] = field(default_factory=dict)
     synchronous: StepCalibration | None = None
+    per_layer_us: float = 0.0
 
-    def step_for(self, gpu: str, overlapped: bool = True) -> StepCalibration:
+    def step_for(self, gpu: str, overlapped: bool = True, layers: int = 0) -> StepCalibration:
         """The step terms on ``gpu``: its generation's (:data:`GENERATIONS`), else ``step``.
 
         ``overlapped=False`` (an engine without async scheduling): plus the ``synchronous``
-        overhead terms, when the profile has them.
+        overhead terms, when the profile has them. ``layers``: the model's decoder layers,
+        each adding ``per_layer_us`` to the step's ``base_us``.
         """
         own = self.generations.get(gpu_generation(gpu) or "")
         s = own if own is not None else self.step
+        if self.per_layer_us and layers:
+            s = replace(s, base_us=s.base_us + self.per_layer_us * layers)
         x = self.synchronous
         if overlapped or x is None:
             return s
@@ -237,6 +243,7 @@ class CalibrationProfile:
                         if b.synchronous is not None
                         else {}
                     ),
+                    **({"per_layer_us": b.per_layer_us} if b.per_layer_us else {}),
                 }
                 for name, b in sorted(self.backends.items())
             },
@@ -334,7 +341,7 @@ def profile_from_dict(data: object, where: str) -> CalibrationProfile:
     backends = {}
     for name, raw in backends_raw.items():
         keys = ("step", "host", "sigma", "unrecorded_client", "sources", "generations",
-                "synchronous")  # fmt: skip
+                "synchronous", "per_layer_us")  # fmt: skip
         b = _section(where, f"backends.{name} with", raw, keys)
         step = _step(where, f"backends.{name}.step", b.get("step"))
         gens = _section(where, f"backends.{name}.generations with", b.get("generations"),
@@ -357,8 +364,10 @@ def profile_from_dict(data: object, where: str) -> CalibrationProfile:
                 if b.get("synchronous") is not None else None)  # fmt: skip
         backends[name] = BackendCalibration(step=step, host=host, sigma=sigma,
                                             unrecorded_client=client, sources=sources,
-                                            generations=generations,
-                                            synchronous=sync)  # fmt: skip
+                                            generations=generations, synchronous=sync,
+                                            per_layer_us=_number(
+                                                where, f"backends.{name}.per_layer_us",
+                                                b.get("per_layer_us", 0.0), 0.0, 1e6))  # fmt: skip
     fitted = top.get("fitted_on") or {}
     if not isinstance(fitted, Mapping):
         raise ConfigError("calibration", where, "fitted_on a mapping")

@@ -29,6 +29,7 @@ import numpy.typing as npt
 
 from dynosim.config import DeploymentConfig
 from dynosim.perf.calibration import CalibrationProfile, StepCalibration, load_profile
+from dynosim.perf.catalog import model_spec
 
 if TYPE_CHECKING:
     from dynosim.perf.protocol import StepTimeModel
@@ -99,12 +100,15 @@ def step_calibration(config: DeploymentConfig) -> StepCalibration:
 
     An override is a constant per step (no per-request or per-token term, kernel factors 1).
     An engine without async scheduling (``engine.async_scheduling: false``) also pays the
-    profile's ``synchronous`` terms.
+    profile's ``synchronous`` terms; a profile's ``per_layer_us`` adds that much per decoder
+    layer of the model to every step.
     """
     if config.framework_overhead_us is not None:
         return StepCalibration(base_us=float(config.framework_overhead_us))
     overlapped = config.engine.async_scheduling is not False
-    return deployment_profile(config).backend(config.backend).step_for(config.gpu, overlapped)
+    cal = deployment_profile(config).backend(config.backend)
+    layers = model_spec(config.model).layers if cal.per_layer_us else 0
+    return cal.step_for(config.gpu, overlapped, layers)
 
 
 def framework_overhead(config: DeploymentConfig) -> FrameworkOverhead:

@@ -29,6 +29,7 @@ from dynosim.perf.calibration import (
     StepCalibration,
     load_profile,
 )
+from dynosim.perf.catalog import model_spec
 from dynosim.perf.deployment import DeploymentPerf, resolve, resolve_pools
 from dynosim.perf.overhead import NO_OVERHEAD, CalibratedStepTime
 from dynosim.simulation import Simulation
@@ -112,6 +113,11 @@ def overlapped(m: Measurement) -> bool:
     ``engine``); such a row's steps pay the profile's ``synchronous`` terms too.
     """
     return {**recipe_engine(m), **m.engine}.get("async_scheduling") is not False
+
+
+def row_layers(m: Measurement) -> int:
+    """The decoder layers of the row's model (what a profile's ``per_layer_us`` multiplies)."""
+    return model_spec(m.model).layers
 
 
 def row_config(m: Measurement, timing: str = "aic") -> DeploymentConfig:
@@ -255,7 +261,8 @@ def replay(
             cost = HostCalibration() if host_in_sim else replace(cost, output_token_us=0.0)
         requests, warmup = row_requests(m, rounds)
         overlapped = config.engine.async_scheduling is not False
-        perf = row_perf(m, step or cal.step_for(m.gpu, overlapped), timing)
+        layers = row_layers(m) if cal.per_layer_us else 0
+        perf = row_perf(m, step or cal.step_for(m.gpu, overlapped, layers), timing)
         rec = Simulation(config, requests, perf=perf).run(warmup_requests=warmup).records
     except DynosimError as exc:
         return RowResult(m, nan, nan, str(exc))

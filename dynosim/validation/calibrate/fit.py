@@ -19,6 +19,7 @@ from scipy.optimize import least_squares
 
 from dynosim.perf.calibration import gpu_generation
 from dynosim.validation.calibrate.linear import (
+    EXTRA_PARAMS,
     F64,
     PARAMS,
     STEP_PARAMS,
@@ -37,7 +38,7 @@ __all__ = [
     "fit_backend",
     "fit_generations",
     "fit_theta",
-    "fit_theta_sync",
+    "fit_theta_extra",
     "row_steps",
 ]
 
@@ -49,17 +50,21 @@ def fit_theta(
     own: Sequence[str] = (),
     slots: npt.NDArray[np.intp] | None = None,
 ) -> F64:
-    """Least-squares parameters on the rows ``idx`` of ``d`` (:func:`fit_theta_sync`'s)."""
-    return fit_theta_sync(d, idx, opts, own, slots)[0]
+    """Least-squares parameters on the rows ``idx`` of ``d`` (:func:`fit_theta_extra`'s)."""
+    return fit_theta_extra(d, idx, opts, own, slots)[0]
 
 
-def fit_theta_sync(
+NO_EXTRA = (False,) * len(EXTRA_PARAMS)
+ALL_EXTRA = (True,) * len(EXTRA_PARAMS)
+
+
+def fit_theta_extra(
     d: Design,
     idx: npt.NDArray[np.intp],
     opts: FitOptions,
     own: Sequence[str] = (),
     slots: npt.NDArray[np.intp] | None = None,
-    sync_free: bool = True,
+    free_extra: Sequence[bool] = NO_EXTRA,
 ) -> tuple[F64, F64]:
     """Least-squares parameters on the rows ``idx`` of ``d`` (see the module docstring).
 
@@ -74,29 +79,31 @@ def fit_theta_sync(
     the result is the S sets one after the other, then the host delays. A slot without rows
     in ``idx`` keeps the neutral terms (no overhead, kernel factors 1).
 
-    Rows of engines without async scheduling (:attr:`~.linear.Design.synchronous`) also
-    pay the :data:`~.linear.SYNC_PARAMS` overheads, fitted with the rest (bounded below by
-    0) when ``idx`` has such rows and ``sync_free``; returned second (zeros otherwise).
+    ``free_extra`` (one flag per :data:`~.linear.EXTRA_PARAMS`): which of the terms fitted
+    beside ``theta`` are fitted with it (bounded below by 0), where the rows ``idx`` can tell
+    them: the synchronous overheads when some rows ran without async scheduling
+    (:attr:`~.linear.Design.synchronous`), the per-layer overhead when the rows have models of
+    two layer counts or more. They are returned second (0 where not fitted).
     """
     k = len(STEP_PARAMS)
     slot = np.zeros(len(d.rows), dtype=np.intp) if slots is None else slots
     n_slots = int(slot.max()) + 1 if len(slot) else 1
     base = len(PARAMS) + 2 * len(own)
-    sync_rows = d.synchronous[idx] if len(idx) else np.zeros(0, dtype=bool)
-    ns = len(SYNC_PARAMS) if sync_free and sync_rows.any() else 0
+    use = _extras(d, idx, free_extra)
+    ns = len(use)
+    et, ep = d.extra_columns()
     n_params = base + (n_slots - 1) * k + ns
     h0 = n_slots * k  # first host parameter
     nh = base - k  # host parameters (the backend's pair, then each own source's)
 
-    def spread(a: F64) -> F64:
-        """``a``'s step columns moved to each row's slot (and to the synchronous terms)."""
+    def spread(a: F64, e: F64) -> F64:
+        """``a``'s step columns moved to each row's slot; the extra columns ``e`` after all."""
         out = np.zeros((len(a), n_params))
         for j in range(n_slots):
             mine = slot[idx] == j
             out[mine, j * k : (j + 1) * k] = a[mine, :k]
         out[:, h0 : h0 + nh] = a[:, k:]
-        if ns:
-            out[sync_rows, h0 + nh :] = a[sync_rows, :ns]
+        out[:, h0 + nh :] = e[:, use]
         return out
 
     free = np.ones(n_params, dtype=bool)
@@ -111,10 +118,10 @@ def fit_theta_sync(
     if not opts.fit_host:
         free[h0 : h0 + nh] = False
     att = host_matrix(d, own)
-    at = spread(att[idx] / d.measured_ttft[idx, None])
+    at = spread(att[idx] / d.measured_ttft[idx, None], et[idx] / d.measured_ttft[idx, None])
     tp = np.zeros((len(idx), base))
     tp[:, : len(PARAMS)] = d.tpot[idx] / d.measured_tpot[idx, None]
-    ap = spread(tp)
+    ap = spread(tp, ep[idx] / d.measured_tpot[idx, None])
     a = np.vstack([opts.ttft_weight * at, ap])
     b = np.concatenate([np.full(len(idx), opts.ttft_weight), np.ones(len(idx))])
     prior_rows, prior_b = [], []
@@ -134,12 +141,23 @@ def fit_theta_sync(
     theta = _bounded(a, b, free, fixed, factors, opts.factor_bounds)
     rest = np.abs(att[idx, 5:7]).any(axis=1).sum()
     if own and opts.fit_host and rest < SOURCE_HOST_ROWS:
-        full = spread(att[idx])
+        full = spread(att[idx], et[idx])
         engine = full @ theta - full[:, h0 : h0 + nh] @ theta[h0 : h0 + nh]
         theta[h0 : h0 + 2] = _host_delays(engine, d.ttft[idx, 6] * 1e3, d.measured_ttft[idx],
                                           opts.ttft_weight)  # fmt: skip
-    sync = theta[h0 + nh :].copy() if ns else np.zeros(len(SYNC_PARAMS))
-    return theta[: h0 + nh], sync
+    extra = np.zeros(len(EXTRA_PARAMS))
+    extra[use] = theta[h0 + nh :]
+    return theta[: h0 + nh], extra
+
+
+def _extras(d: Design, idx: npt.NDArray[np.intp], free: Sequence[bool]) -> list[int]:
+    """Which :data:`~.linear.EXTRA_PARAMS` are fitted on the rows ``idx`` (``free`` and told)."""
+    if not len(idx):
+        return []
+    sync = bool(d.synchronous[idx].any())
+    layered = len(set(d.layers[idx].tolist())) > 1
+    told = [sync] * len(SYNC_PARAMS) + [layered]
+    return [j for j, (f, t) in enumerate(zip(free, told, strict=True)) if f and t]
 
 
 _F_SCALE = 0.1
@@ -220,7 +238,17 @@ class BackendFit:
     output_token_us: float = 0.0  # the host's streaming cost (fitted by :func:`fit_host`)
     own: list[str] = field(default_factory=list)  # sources with host delays of their own
     generations: dict[str, F64] = field(default_factory=dict)  # step terms per GPU generation
-    sync: F64 = field(default_factory=lambda: np.zeros(len(SYNC_PARAMS)))  # without async sched.
+    extra: F64 = field(default_factory=lambda: np.zeros(len(EXTRA_PARAMS)))  # EXTRA_PARAMS
+
+    @property
+    def sync(self) -> F64:
+        """The synchronous overheads (:data:`~.linear.SYNC_PARAMS`; 0: none fitted)."""
+        return self.extra[: len(SYNC_PARAMS)]
+
+    @property
+    def per_layer_us(self) -> float:
+        """The step overhead per decoder layer (0: none fitted)."""
+        return float(self.extra[len(SYNC_PARAMS)])
 
     @property
     def source_hosts(self) -> dict[str, tuple[float, float]]:
@@ -232,7 +260,7 @@ class BackendFit:
     def fitted(self) -> tuple[F64, F64]:
         """In-sample (TTFT, TPOT) of the linear model (without the streaming cost)."""
         steps = row_steps(self.design, self.theta, self.generations)
-        return predict(self.design, self.theta, self.own, steps, self.sync)
+        return predict(self.design, self.theta, self.own, steps, self.extra)
 
     def loss(self, ttft_weight: float = 1.0) -> float:
         """The fit's robust loss in sample, without the kernel factors' prior.
@@ -280,7 +308,8 @@ def fit_generations(
     opts: FitOptions,
     own: Sequence[str],
     theta: F64,
-    sync: F64 | None = None,
+    extra: F64 | None = None,
+    free_extra: Sequence[bool] = NO_EXTRA,
 ) -> tuple[F64, dict[str, F64], F64]:
     """Step terms (:data:`STEP_PARAMS`) of each GPU generation the rows ``idx`` support.
 
@@ -296,10 +325,10 @@ def fit_generations(
 
     Returns ``theta`` with the host delays of the joint fit (its step terms, the backend's,
     stay those of ``theta``: what a GPU of another generation runs with), the terms of
-    each generation (empty: ``theta`` unchanged) and the synchronous terms (:func:`fit_theta_sync`,
-    fitted only when ``sync`` is given; ``sync``, else zeros, when nothing is refitted).
+    each generation (empty: ``theta`` unchanged) and the extra terms (:func:`fit_theta_extra`'s
+    ``free_extra``, refitted jointly; ``extra``, else zeros, when nothing is refitted).
     """
-    none = sync if sync is not None else np.zeros(len(SYNC_PARAMS))
+    none = extra if extra is not None else np.zeros(len(EXTRA_PARAMS))
     gens = [gpu_generation(m.gpu) or "" for m in d.rows]
     present = sorted({gens[i] for i in idx})
     kept = [
@@ -313,11 +342,11 @@ def fit_generations(
     if not kept:
         return theta, {}, none
     slots = np.array([kept.index(g) + 1 if g in kept else 0 for g in gens], dtype=np.intp)
-    joint, joint_sync = fit_theta_sync(d, idx, opts, own, slots, sync is not None)
+    joint, joint_extra = fit_theta_extra(d, idx, opts, own, slots, free_extra)
     k = len(STEP_PARAMS)
     out = theta.copy()
     out[k:] = joint[(len(kept) + 1) * k :]
-    return out, {g: joint[(j + 1) * k : (j + 2) * k] for j, g in enumerate(kept)}, joint_sync
+    return out, {g: joint[(j + 1) * k : (j + 2) * k] for j, g in enumerate(kept)}, joint_extra
 
 
 def row_steps(d: Design, theta: F64, generations: dict[str, F64]) -> F64:
@@ -340,15 +369,22 @@ def fit_backend(d: Design, backend: str, before: F64, opts: FitOptions) -> Backe
     support it (:func:`fit_generations`); a held-out configuration whose generation then has
     too few rows left is predicted with the backend's terms.
 
-    With rows of engines without async scheduling (and ``opts.synchronous``) the fit is made
-    with and without their own overheads (:data:`~.linear.SYNC_PARAMS`), and the one with
-    the smaller leave-one-configuration-out error (:meth:`BackendFit.held_out_error`) is
-    kept: terms fitted on few configurations must predict the others, or they are noise.
+    The terms fitted beside ``theta`` (:data:`~.linear.EXTRA_PARAMS`: the overheads of
+    engines without async scheduling, with ``opts.synchronous``; the overhead per decoder
+    layer, with ``opts.per_layer``) are each tried on and off, and the fit with the smallest
+    leave-one-configuration-out error (:meth:`BackendFit.held_out_error`) is kept, the one
+    with fewer terms on a tie: terms the rows cannot predict other configurations with are
+    noise.
     """
     own = _own_sources(d.rows) if opts.source_hosts and opts.fit_host else []
-    fits = [_fit_backend(d, backend, before, opts, own, sync_free=False)]
-    if opts.synchronous and d.synchronous.any():
-        fits.append(_fit_backend(d, backend, before, opts, own, sync_free=True))
+    n_sync = len(SYNC_PARAMS)
+    sync = [False, True] if opts.synchronous and d.synchronous.any() else [False]
+    layer = [False, True] if opts.per_layer and len(set(d.layers.tolist())) > 1 else [False]
+    fits = [
+        _fit_backend(d, backend, before, opts, own, free=(s,) * n_sync + (y,))
+        for s in sync
+        for y in layer
+    ]
     return min(fits, key=lambda f: f.held_out_error())
 
 
@@ -359,29 +395,29 @@ def _fit_backend(
     opts: FitOptions,
     own: list[str],
     *,
-    sync_free: bool,
+    free: Sequence[bool],
 ) -> BackendFit:
-    """:func:`fit_backend` with the synchronous overheads fitted (``sync_free``) or 0."""
+    """:func:`fit_backend` with the extra terms ``free`` (:data:`~.linear.EXTRA_PARAMS`)."""
     all_idx = np.arange(len(d.rows))
 
     def fit(idx: npt.NDArray[np.intp]) -> tuple[F64, dict[str, F64], F64]:
-        th, sync = fit_theta_sync(d, idx, opts, own, sync_free=sync_free)
+        th, extra = fit_theta_extra(d, idx, opts, own, free_extra=free)
         if not opts.generations:
-            return th, {}, sync
-        return fit_generations(d, idx, opts, own, th, sync if sync_free else None)
+            return th, {}, extra
+        return fit_generations(d, idx, opts, own, th, extra, free)
 
-    theta, gens, sync = fit(all_idx)
+    theta, gens, extra = fit(all_idx)
     loo_t, loo_p = np.empty(len(d.rows)), np.empty(len(d.rows))
-    pt, pp = predict(d, theta, own, row_steps(d, theta, gens), sync)
+    pt, pp = predict(d, theta, own, row_steps(d, theta, gens), extra)
     for out in _configurations(d):
         if out.all():  # one configuration only: nothing to hold out against
             loo_t[out], loo_p[out] = pt[out], pp[out]
             continue
-        th, g, sy = fit(all_idx[~out])
-        t, p = predict(d, th, own, row_steps(d, th, g), sy)
+        th, g, ex = fit(all_idx[~out])
+        t, p = predict(d, th, own, row_steps(d, th, g), ex)
         loo_t[out], loo_p[out] = t[out], p[out]
     return BackendFit(backend, d, theta, before, loo_t, loo_p, own=own, generations=gens,
-                      sync=sync)  # fmt: skip
+                      extra=extra)  # fmt: skip
 
 
 def _host_delays(engine_ttft: F64, isl: F64, measured: F64, weight: float) -> tuple[float, float]:

@@ -15,12 +15,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from dynosim.errors import ConfigError
 from dynosim.perf.calibration import BackendCalibration, HostCalibration, StepCalibration
+from dynosim.perf.catalog import model_spec
 from dynosim.validation.measurement import Measurement
 from dynosim.validation.validate import assume_client, overlapped, replay, row_requests
 
 __all__ = [
     "DECODE_PROBE",
+    "EXTRA_PARAMS",
     "PARAMS",
     "PROBES",
     "STEP_PARAMS",
@@ -43,6 +46,10 @@ SYNC_PARAMS = PARAMS[:3]
 """The step overheads an engine without async scheduling pays on top (a profile's
 ``synchronous`` section): fitted beside ``theta`` on the rows of such engines, whose columns
 for them are their own overhead columns (:attr:`Design.synchronous`)."""
+EXTRA_PARAMS = ("sync_base_us", "sync_per_request_us", "sync_per_token_us", "per_layer_us")
+"""Terms fitted beside ``theta`` (:meth:`Design.extra_columns`): the :data:`SYNC_PARAMS` of an
+engine without async scheduling, then the step overhead per decoder layer of the model (a
+profile's ``per_layer_us``)."""
 # One probe per step term: the step calibration, and the parameter value it stands for.
 PROBES: tuple[tuple[StepCalibration, float], ...] = (
     (StepCalibration(base_us=1000.0, prefill=0.0, decode=0.0), 1000.0),
@@ -100,6 +107,29 @@ class Design:
         return np.array([not overlapped(m) for m in self.rows], dtype=bool)
 
     @property
+    def layers(self) -> F64:
+        """Each row's decoder layers (what the ``per_layer_us`` overhead multiplies).
+
+        0 for a model the catalog does not know (rows of real measurements never are: their
+        replay needs the model; hand-made designs in tests may be).
+        """
+        return np.array([_layers(m.model) for m in self.rows], dtype=np.float64)
+
+    def extra_columns(self) -> tuple[F64, F64]:
+        """The TTFT and TPOT columns of :data:`EXTRA_PARAMS` (rows x 4, ms per us).
+
+        The synchronous terms are the rows' own overhead columns where their engine runs
+        without async scheduling (0 elsewhere); the per-layer term is the step column
+        (``base_us``'s) times the model's decoder layers.
+        """
+        mask = self.synchronous[:, None]
+        n = len(SYNC_PARAMS)
+        layers = self.layers[:, None]
+        t = np.concatenate([self.ttft[:, :n] * mask, self.ttft[:, :1] * layers], axis=1)
+        p = np.concatenate([self.tpot[:, :n] * mask, self.tpot[:, :1] * layers], axis=1)
+        return t, p
+
+    @property
     def measured_ttft(self) -> F64:
         """Measured mean TTFT of each row (ms)."""
         return np.array([m.ttft_ms for m in self.rows])
@@ -112,6 +142,13 @@ class Design:
     def configuration(self, m: Measurement) -> tuple[str, str, str, int]:
         """The configuration a row belongs to: (model, GPU, backend, TP)."""
         return (m.model, m.gpu, m.backend, m.tp)
+
+
+def _layers(model: str) -> int:
+    try:
+        return model_spec(model).layers
+    except ConfigError:
+        return 0
 
 
 def design(
@@ -211,20 +248,20 @@ def predict(
     theta: F64,
     own: Sequence[str] = (),
     steps: F64 | None = None,
-    sync: F64 | None = None,
+    extra: F64 | None = None,
 ) -> tuple[F64, F64]:
     """Predicted (TTFT, TPOT) in ms of every row of ``d`` with parameters ``theta``.
 
     ``theta`` has the host delays of each source of ``own`` after :data:`PARAMS`'s. ``steps``
     (rows x :data:`STEP_PARAMS`) gives each row step terms of its own instead of ``theta``'s
-    (per GPU generation: :func:`~dynosim.validation.calibrate.fit.row_steps`). ``sync``
-    (:data:`SYNC_PARAMS`): what the rows of engines without async scheduling pay on top.
+    (per GPU generation: :func:`~dynosim.validation.calibrate.fit.row_steps`). ``extra``
+    (:data:`EXTRA_PARAMS`): the terms fitted beside ``theta``.
     """
     ttft, tpot = host_matrix(d, own) @ theta, d.tpot @ theta[: len(PARAMS)]
-    if sync is not None and sync.any():
-        n, mask = len(SYNC_PARAMS), d.synchronous
-        ttft = ttft + mask * (d.ttft[:, :n] @ sync)
-        tpot = tpot + mask * (d.tpot[:, :n] @ sync)
+    if extra is not None and extra.any():
+        et, ep = d.extra_columns()
+        ttft = ttft + et @ extra
+        tpot = tpot + ep @ extra
     if steps is None:
         return ttft, tpot
     k = len(STEP_PARAMS)

@@ -57,6 +57,8 @@ class FitOptions:
         synchronous: Fit the overheads of engines without async scheduling
             (:data:`~.linear.SYNC_PARAMS`) where the rows have such engines, kept only when
             they make the leave-one-configuration-out error smaller (:func:`~.fit.fit_backend`).
+        per_layer: Fit a step overhead per decoder layer of the model where the rows have
+            models of two layer counts or more, on the same condition.
     """
 
     fit_factors: bool = True
@@ -68,6 +70,7 @@ class FitOptions:
     generations: bool = True
     factor_bounds: tuple[float, float] = FACTOR_BOUNDS
     synchronous: bool = True
+    per_layer: bool = True
 
     def __post_init__(self) -> None:
         """Refuse kernel-factor bounds that exclude 1 or are not a range of positive factors."""

@@ -226,7 +226,8 @@ def calibrate(
         sources = {s: SourceCalibration(client=c) for s, c in chosen.items() if c != default}
         gens = {g: step_calibration(v, first) for g, v in f.generations.items()}
         cal = BackendCalibration(step=step, host=host, unrecorded_client=default, sources=sources,
-                                 generations=gens, synchronous=synchronous(f))  # fmt: skip
+                                 generations=gens, synchronous=synchronous(f),
+                                 per_layer_us=round(f.per_layer_us, 3))  # fmt: skip
         if opts.fit_host:
             f = fit_host(f, cal, rounds=rounds, timing=timing, opts=opts)
             step, host = theta_calibration(f.theta, first)

@@ -18,7 +18,7 @@ from dynosim.perf.calibration import BackendCalibration, HostCalibration
 from dynosim.validation.calibrate.fit import BackendFit, _configurations, _host_delays
 from dynosim.validation.calibrate.linear import F64, host_matrix
 from dynosim.validation.calibrate.options import FitOptions
-from dynosim.validation.validate import overlapped, replay
+from dynosim.validation.validate import overlapped, replay, row_layers
 
 __all__ = ["STREAMING_GAIN", "STREAMING_GRID_US", "fit_host"]
 
@@ -101,7 +101,7 @@ def fit_host(
         t, p = np.empty(len(d.rows)), np.empty(len(d.rows))
         for i, m in enumerate(d.rows):
             stream = HostCalibration(output_token_us=a if streamed[i] else 0.0)
-            step = cal.step_for(m.gpu, overlapped(m))
+            step = cal.step_for(m.gpu, overlapped(m), row_layers(m))
             r = replay(m, rounds=rounds, timing=timing, step=step, host=stream,
                        unrecorded_client=cal.client_for(m.source))  # fmt: skip
             t[i], p[i] = r.ttft_ms, r.tpot_ms
@@ -130,4 +130,4 @@ def fit_host(
     loo_t = f.loo_ttft - linear_host + (t - t0) + loo_delay
     return BackendFit(f.backend, d, theta, f.before, loo_t, f.loo_tpot + (p - p0),
                       output_token_us=best, own=f.own, generations=f.generations,
-                      sync=f.sync)  # fmt: skip
+                      extra=f.extra)  # fmt: skip

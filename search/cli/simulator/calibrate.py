@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"{f.backend}: step {_fmt(b.step)}; host {_fmt(b.host)}; "
                       f"sigma {dict(b.sigma)}; rows without a client replayed as "
                       f"{b.unrecorded_client}")  # fmt: skip
-        if line := _sync_line(f, b):
+        for line in _extra_lines(f, b):
             console.print(line)
         for source, own in sorted(b.sources.items()):
             h = b.host_for(source)
@@ -194,17 +194,23 @@ def factor_warnings(profile: Any, backends: list[str]) -> list[str]:
     return out
 
 
-def _sync_line(fit: Any, cal: Any) -> str:
-    """What the fit says of its rows of engines without async scheduling ("": none)."""
+def _extra_lines(fit: Any, cal: Any) -> list[str]:
+    """What the fit says of the terms beside its step terms.
+
+    That is, of the rows without async scheduling and of the overhead per decoder layer.
+    """
+    out = []
     n = int(fit.design.synchronous.sum())
     if cal.synchronous is not None:
         terms = {k: getattr(cal.synchronous, k) for k in ("base_us", "per_request_us",
                                                           "per_token_us")}  # fmt: skip
-        return f"  without async scheduling ({n} rows): step + {terms}"
-    if n:
-        return (f"  without async scheduling ({n} rows): no overheads of their own (fitted, "
-                "they predicted the held-out configurations worse)")  # fmt: skip
-    return ""
+        out.append(f"  without async scheduling ({n} rows): step + {terms}")
+    elif n:
+        out.append(f"  without async scheduling ({n} rows): no overheads of their own "
+                   "(fitted, they predicted the held-out configurations worse)")  # fmt: skip
+    if cal.per_layer_us:
+        out.append(f"  per decoder layer of the model: step + {cal.per_layer_us:g} us")
+    return out
 
 
 def _n_configurations(fit: Any) -> int:

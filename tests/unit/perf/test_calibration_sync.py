@@ -79,14 +79,19 @@ def test_silicon_rows_say_which_vllm_engines_ran_synchronously() -> None:
     assert all(overlapped(m) for m in read_measurements(silicon_csv()) if m.backend != "vllm")
 
 
-def _design(sync_true: np.ndarray, n: int = 80, seed: int = 5) -> Design:
-    """Rows made exactly by ``predict``: the first half of the configurations synchronous."""
+MODELS = ("meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen3-32B")  # 32 and 64 decoder layers
+
+
+def _design(sync_true: np.ndarray, n: int = 80, seed: int = 5, per_layer: float = 0.0) -> Design:
+    """Rows made exactly by ``predict``: the first half of the configurations synchronous,
+    alternate configurations of a 32- and a 64-layer model."""
     rng = np.random.default_rng(seed)
     rows, ttft, tpot = [], [], []
     for i in range(n):
         isl = int(rng.integers(128, 4096))
         engine = {"async_scheduling": False} if i % 4 < 2 else {}
-        rows.append(Measurement(where=f"s:{i}", model="m", gpu="h100_sxm", backend="vllm",
+        rows.append(Measurement(where=f"s:{i}", model=MODELS[i % 2], gpu="h100_sxm",
+                                backend="vllm",
                                 tp=1 + i % 4, isl=isl, osl=128, concurrency=8, ttft_ms=1.0,
                                 tpot_ms=1.0, engine=engine))  # fmt: skip
         steps = rng.uniform(1, 30)
@@ -97,7 +102,7 @@ def _design(sync_true: np.ndarray, n: int = 80, seed: int = 5) -> Design:
                      rng.uniform(0, 1), rng.uniform(5, 30), 0.0, 0.0])  # fmt: skip
     d = Design(rows=rows, ttft=np.array(ttft), tpot=np.array(tpot))
     theta = np.concatenate([[800.0, 10.0, 0.0, 0.2, 0.9], HOST])
-    t, p = predict(d, theta, sync=sync_true)
+    t, p = predict(d, theta, extra=np.concatenate([sync_true, [per_layer]]))
     measured = [dataclasses.replace(m, ttft_ms=float(a), tpot_ms=float(b))
                 for m, a, b in zip(rows, t, p, strict=True)]  # fmt: skip
     return Design(rows=measured, ttft=d.ttft, tpot=d.tpot)
@@ -159,3 +164,25 @@ def test_synchronous_rows_without_such_overhead_keep_none() -> None:
     f = fit_backend(d, "vllm", np.zeros(7), FitOptions(factor_prior=0.0))
     assert not f.sync.any()
     assert f.theta[0] == pytest.approx(800.0, rel=0.02)
+
+
+def test_fit_recovers_an_overhead_per_layer() -> None:
+    """Steps that cost 40 us more per decoder layer (1.28 ms on the 32-layer model, 2.56 ms
+    on the 64-layer one): the fit finds the 40 us and leaves the synchronous terms at 0."""
+    d = _design(np.zeros(3), per_layer=40.0)
+    f = fit_backend(d, "vllm", np.zeros(7), FitOptions(factor_prior=0.0))
+    assert f.per_layer_us == pytest.approx(40.0, rel=0.02)
+    assert not f.sync.any()
+    _, p = f.fitted()
+    assert np.abs(p / d.measured_tpot - 1).max() < 1e-3
+    plain = fit_backend(d, "vllm", np.zeros(7), FitOptions(factor_prior=0.0, per_layer=False))
+    assert plain.per_layer_us == 0.0
+    assert plain.held_out_error() > f.held_out_error()
+
+
+def test_step_for_adds_the_per_layer_overhead() -> None:
+    cal = BackendCalibration(step=StepCalibration(base_us=500.0), per_layer_us=25.0)
+    assert cal.step_for("h200_sxm", layers=64).base_us == 500.0 + 25.0 * 64
+    assert cal.step_for("h200_sxm").base_us == 500.0
+    again = profile_from_dict(CalibrationProfile(backends={"vllm": cal}).to_dict(), "p.yaml")
+    assert again.backend("vllm").per_layer_us == 25.0
