@@ -19,7 +19,8 @@ Formats, told apart by their content (tool result files: :mod:`dynosim.validatio
   are refused with the reason.
 * A plain CSV: ``model,gpu,backend,tp,isl,osl,concurrency,ttft_ms,tpot_ms`` and optionally
   ``dtype``, ``client`` (inferencex | vllm-bench | aiperf), ``max_num_seqs``,
-  ``max_num_batched_tokens``, ``enable_prefix_caching``, ``warmups``.
+  ``max_num_batched_tokens``, ``enable_prefix_caching``, ``async_scheduling`` (vLLM: false for
+  a release before 0.14 or ``--no-async-scheduling``), ``warmups``.
 * AIPerf ``profile_export_aiperf.json`` / ``.csv`` and vLLM ``bench serve --save-result`` JSON:
   one point per file, the deployment fields from a context (``--deployment``).
 
@@ -68,7 +69,7 @@ __all__ = [
 
 PLAIN_FIELDS = ("model", "gpu", "backend", "tp", "isl", "osl", "concurrency", "ttft_ms", "tpot_ms")
 PLAIN_OPTIONAL = ("dtype", "client", "max_num_seqs", "max_num_batched_tokens",
-                  "enable_prefix_caching", "warmups")  # fmt: skip
+                  "enable_prefix_caching", "async_scheduling", "warmups")  # fmt: skip
 
 
 def read_measurements(
@@ -311,13 +312,12 @@ def _plain(path: Path, line: int, r: dict[str, str]) -> Measurement:
     for key in ("max_num_seqs", "max_num_batched_tokens"):
         if (r.get(key) or "").strip():
             engine[key] = _num(where, r, key, int, 1)
-    caching = (r.get("enable_prefix_caching") or "").strip().lower()
-    if caching:
-        if caching not in ("true", "false"):
-            raise WorkloadError(
-                f"{where}: enable_prefix_caching: got {caching!r}; allowed: true | false"
-            )
-        engine["enable_prefix_caching"] = caching == "true"
+    for key in ("enable_prefix_caching", "async_scheduling"):
+        flag = (r.get(key) or "").strip().lower()
+        if flag:
+            if flag not in ("true", "false"):
+                raise WorkloadError(f"{where}: {key}: got {flag!r}; allowed: true | false")
+            engine[key] = flag == "true"
     return Measurement(
         where=where,
         model=r["model"].strip(),

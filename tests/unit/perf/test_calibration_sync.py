@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from dynosim.config import DeploymentConfig
-from dynosim.errors import ConfigError
+from dynosim.errors import ConfigError, WorkloadError
 from dynosim.perf.calibration import (
     BackendCalibration,
     CalibrationProfile,
@@ -186,3 +186,44 @@ def test_step_for_adds_the_per_layer_overhead() -> None:
     assert cal.step_for("h200_sxm").base_us == 500.0
     again = profile_from_dict(CalibrationProfile(backends={"vllm": cal}).to_dict(), "p.yaml")
     assert again.backend("vllm").per_layer_us == 25.0
+
+
+def test_plain_csv_states_async_scheduling(tmp_path: Path) -> None:
+    head = "model,gpu,backend,tp,isl,osl,concurrency,ttft_ms,tpot_ms,async_scheduling\n"
+    row = "meta-llama/Llama-3.1-8B-Instruct,h200_sxm,vllm,1,1024,128,8,40,9,"
+    f = tmp_path / "m.csv"
+    f.write_text(head + row + "false\n" + row + "\n")
+    off, default = read_measurements(f)
+    assert not overlapped(off)
+    assert overlapped(default)
+    assert row_config(off).engine.async_scheduling is False
+    f.write_text(head + row + "sometimes\n")
+    with pytest.raises(WorkloadError, match=r"m\.csv:2: async_scheduling: got 'sometimes'"):
+        read_measurements(f)
+
+
+def test_per_layer_out_of_range_is_a_one_line_error() -> None:
+    raw = CalibrationProfile(backends={"vllm": BackendCalibration()}).to_dict()
+    raw["backends"]["vllm"]["per_layer_us"] = -3
+    with pytest.raises(ConfigError, match=r"p\.yaml.*per_layer_us in \[0, 1e\+06\]"):
+        profile_from_dict(raw, "p.yaml")
+
+
+def test_the_per_layer_term_in_every_step(tmp_path: Path) -> None:
+    """20 us x 32 decoder layers of Llama-3.1-8B = 640 us in every step, fast-forwarded or not."""
+    steps = StepCalibration(base_us=700.0, prefill=1.1, decode=0.9)
+    models = []
+    for name, per_layer in (("plain", 0.0), ("layered", 20.0)):
+        path = tmp_path / f"{name}.yaml"
+        CalibrationProfile(backends={"vllm": BackendCalibration(
+            step=steps, per_layer_us=per_layer)}).write(path)  # fmt: skip
+        models.append(step_time_model(DeploymentConfig.from_dict(
+            {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h200_sxm", "tp": 1,
+             "backend": "vllm", "calibration": str(path), "timing": "roofline"})))  # fmt: skip
+    plain, layered = models
+    for n in (1, 8, 64):
+        assert layered.step_us((), n, 900 * n) - plain.step_us((), n, 900 * n) == pytest.approx(
+            640.0, abs=1.0
+        )
+        run = layered.decode_run_us(n, 900 * n, 4)
+        assert [int(x) for x in run] == [layered.step_us((), n, 900 * n + j * n) for j in range(4)]
