@@ -15,6 +15,9 @@ A profile is a YAML file (``calibration: PROFILE.yaml`` in a deployment; absent:
   that runs without it (``engine.async_scheduling: false``; vLLM before 0.14 by default);
 * ``per_layer_us`` (optional): step overhead per decoder layer of the model, added to the step's
   ``base_us`` (:attr:`BackendCalibration.per_layer_us`);
+* ``roofline_floor`` (optional, default false): a step's calibrated kernel time is never below
+  the physical floor of the same step (every op at the GPU's peak FLOP/s and bandwidths,
+  :func:`dynosim.perf.roofline.physical_floor`);
 * ``host``: per-request host cost in front of the engine, ``request_us`` (HTTP, request setup,
   the tokenizer call, first-token streaming) and ``input_token_us`` (tokenisation per prompt
   token), and ``output_token_us``, the time the server's process spends streaming one output
@@ -171,6 +174,7 @@ class BackendCalibration:
     generations: Mapping[str, StepCalibration] = field(default_factory=dict)
     synchronous: StepCalibration | None = None
     per_layer_us: float = 0.0
+    roofline_floor: bool = False
 
     def step_for(self, gpu: str, overlapped: bool = True, layers: int = 0) -> StepCalibration:
         """The step terms on ``gpu``: its generation's (:data:`GENERATIONS`), else ``step``.
@@ -244,6 +248,7 @@ class CalibrationProfile:
                         else {}
                     ),
                     **({"per_layer_us": b.per_layer_us} if b.per_layer_us else {}),
+                    **({"roofline_floor": True} if b.roofline_floor else {}),
                 }
                 for name, b in sorted(self.backends.items())
             },
@@ -263,6 +268,12 @@ def _number(where: str, name: str, value: object, low: float, high: float) -> fl
     if not (low <= x <= high) or math.isnan(x):
         raise ConfigError("calibration", where, f"{name} in [{low:g}, {high:g}] (got {x:g})")
     return x
+
+
+def _flag(where: str, name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError("calibration", where, f"{name} true | false (got {value!r})")
+    return value
 
 
 def _sources_dict(sources: Mapping[str, SourceCalibration]) -> dict[str, dict[str, Any]]:
@@ -341,7 +352,7 @@ def profile_from_dict(data: object, where: str) -> CalibrationProfile:
     backends = {}
     for name, raw in backends_raw.items():
         keys = ("step", "host", "sigma", "unrecorded_client", "sources", "generations",
-                "synchronous", "per_layer_us")  # fmt: skip
+                "synchronous", "per_layer_us", "roofline_floor")  # fmt: skip
         b = _section(where, f"backends.{name} with", raw, keys)
         step = _step(where, f"backends.{name}.step", b.get("step"))
         gens = _section(where, f"backends.{name}.generations with", b.get("generations"),
@@ -367,7 +378,10 @@ def profile_from_dict(data: object, where: str) -> CalibrationProfile:
                                             generations=generations, synchronous=sync,
                                             per_layer_us=_number(
                                                 where, f"backends.{name}.per_layer_us",
-                                                b.get("per_layer_us", 0.0), 0.0, 1e6))  # fmt: skip
+                                                b.get("per_layer_us", 0.0), 0.0, 1e6),
+                                            roofline_floor=_flag(
+                                                where, f"backends.{name}.roofline_floor",
+                                                b.get("roofline_floor", False)))  # fmt: skip
     fitted = top.get("fitted_on") or {}
     if not isinstance(fitted, Mapping):
         raise ConfigError("calibration", where, "fitted_on a mapping")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dynosim.config import DeploymentConfig
 from dynosim.perf.aic import AicStepTime
 from dynosim.perf.catalog import model_spec
-from dynosim.perf.overhead import calibrated
+from dynosim.perf.overhead import calibrated, deployment_profile
 from dynosim.perf.protocol import StepTimeModel
-from dynosim.perf.roofline import RooflineStepTime
+from dynosim.perf.roofline import RooflineStepTime, physical_floor
 from dynosim.perf.speculative import SpeculativeStepTime, draft_fraction
 
 
@@ -21,11 +21,17 @@ def step_time_model(config: DeploymentConfig) -> StepTimeModel:
             AIConfigurator lacks the model, GPU or backend; the message suggests
             ``timing: roofline``.
     """
+    floor = physical_floor(config) if _floored(config) else None
     if config.timing == "aic":
-        model = calibrated(AicStepTime.from_config(config), config)
+        model = calibrated(AicStepTime.from_config(config), config, floor)
     else:
-        model = calibrated(RooflineStepTime.from_config(config), config)
+        model = calibrated(RooflineStepTime.from_config(config), config, floor)
     return speculative(model, config)
+
+
+def _floored(config: DeploymentConfig) -> bool:
+    """Whether the profile bounds ``config``'s kernel times by the physical floor."""
+    return deployment_profile(config).backend(config.backend).roofline_floor
 
 
 def speculative(model: StepTimeModel, config: DeploymentConfig) -> StepTimeModel:

@@ -144,12 +144,22 @@ class CalibratedStepTime:
     """
 
     def __init__(
-        self, inner: StepTimeModel, cal: StepCalibration, inner_overhead: FrameworkOverhead
+        self,
+        inner: StepTimeModel,
+        cal: StepCalibration,
+        inner_overhead: FrameworkOverhead,
+        floor: StepTimeModel | None = None,
     ) -> None:
-        """Wrap ``inner`` (whose own per-step overhead is ``inner_overhead``)."""
+        """Wrap ``inner`` (whose own per-step overhead is ``inner_overhead``).
+
+        ``floor`` (no overhead of its own): the calibrated kernel time of a step is never
+        below ``floor``'s time of the same step (:func:`dynosim.perf.roofline.physical_floor`:
+        kernel factors fitted below 1 cannot make a step beat the GPU's peak).
+        """
         self.inner = inner
         self.cal = cal
         self.inner_overhead = inner_overhead
+        self.floor = floor
         self.overhead = FrameworkOverhead(cal.base_us, cal.per_request_us, cal.per_token_us)
 
     def step_us(
@@ -157,9 +167,12 @@ class CalibratedStepTime:
     ) -> int:
         """Duration of one mixed step (see the protocol)."""
         inner = float(self.inner.step_us(prefill, n_decode, decode_kv_tokens))
+        floor = self.floor
         if not prefill:
-            kernel = inner - self.inner_overhead.us(n_decode)
-            total = self.cal.decode * kernel + self.overhead.us(n_decode, n_decode)
+            kernel = self.cal.decode * (inner - self.inner_overhead.us(n_decode))
+            if floor is not None:
+                kernel = max(kernel, float(floor.step_us((), n_decode, decode_kv_tokens)))
+            total = kernel + self.overhead.us(n_decode, n_decode)
             return max(1, math.floor(total + 0.5))
         n_requests = len(prefill) + n_decode
         tokens = n_decode + sum(chunk for chunk, _ in prefill)
@@ -172,11 +185,10 @@ class CalibratedStepTime:
                 chunks = float(self.inner.step_us(prefill, 0, 0))
                 added = kernel - (chunks - self.inner_overhead.us(len(prefill)))
                 decode = max(0.0, min(added, decode))
-        total = (
-            self.cal.decode * decode
-            + self.cal.prefill * (kernel - decode)
-            + self.overhead.us(n_requests, tokens)
-        )
+        priced = self.cal.decode * decode + self.cal.prefill * (kernel - decode)
+        if floor is not None:
+            priced = max(priced, float(floor.step_us(prefill, n_decode, decode_kv_tokens)))
+        total = priced + self.overhead.us(n_requests, tokens)
         return max(1, math.floor(total + 0.5))
 
     def decode_run_us(
@@ -186,15 +198,27 @@ class CalibratedStepTime:
         inner = self.inner.decode_run_us(n_decode, decode_kv_tokens, n_steps)
         own = self.inner_overhead.us(n_decode)
         add = self.overhead.us(n_decode, n_decode)
-        total = self.cal.decode * (inner.astype(np.float64) - own) + add
+        kernel = self.cal.decode * (inner.astype(np.float64) - own)
+        if self.floor is not None:
+            low = self.floor.decode_run_us(n_decode, decode_kv_tokens, n_steps)
+            kernel = np.maximum(kernel, low.astype(np.float64))
+        total = kernel + add
         out = (total + 0.5).astype(np.int64)  # floor for x >= 0; the clamp covers the rest
         np.maximum(out, 1, out=out)
         return out
 
 
-def calibrated(model: StepTimeModel, config: DeploymentConfig) -> StepTimeModel:
-    """``model`` with ``config``'s step calibration (``model`` itself when it needs none)."""
+def calibrated(
+    model: StepTimeModel, config: DeploymentConfig, floor: StepTimeModel | None = None
+) -> StepTimeModel:
+    """``model`` with ``config``'s step calibration (``model`` itself when it needs none).
+
+    ``floor``: the physical floor of the kernel time (:class:`CalibratedStepTime`), applied
+    when the profile's ``roofline_floor`` asks for it for the backend.
+    """
     cal = step_calibration(config)
-    if cal.kernel_exact:
+    if not deployment_profile(config).backend(config.backend).roofline_floor:
+        floor = None
+    if cal.kernel_exact and floor is None:
         return model
-    return CalibratedStepTime(model, cal, framework_overhead(config))
+    return CalibratedStepTime(model, cal, framework_overhead(config), floor)

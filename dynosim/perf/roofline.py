@@ -28,7 +28,7 @@ import numpy.typing as npt
 from dynosim.config import DeploymentConfig
 from dynosim.perf.catalog import GpuSpec, ModelSpec, gpu_spec, model_spec
 from dynosim.perf.memory import EXPERT_BYTES, kv_bytes_per_token, weight_bytes
-from dynosim.perf.overhead import FrameworkOverhead, framework_overhead
+from dynosim.perf.overhead import NO_OVERHEAD, FrameworkOverhead, framework_overhead
 
 MFU = 0.6  # achieved fraction of peak tensor FLOP/s
 BWU = 0.8  # achieved fraction of peak HBM bandwidth (AIConfigurator's empirical factor)
@@ -38,7 +38,11 @@ LAYER_LAUNCH_US = 1.5  # kernel launches per layer not hidden by CUDA graphs
 
 
 class RooflineStepTime:
-    """:class:`~dynosim.perf.protocol.StepTimeModel` from peak FLOP/s and bandwidths."""
+    """:class:`~dynosim.perf.protocol.StepTimeModel` from peak FLOP/s and bandwidths.
+
+    ``physical=True`` prices the hard lower bound instead: every op at the GPU's peak FLOP/s
+    and HBM and NVLink bandwidth, no launch or all-reduce latency (:func:`physical_floor`).
+    """
 
     def __init__(
         self,
@@ -48,14 +52,17 @@ class RooflineStepTime:
         dtype: str,
         overhead: FrameworkOverhead,
         kv_dtype: str | None = None,
+        *,
+        physical: bool = False,
     ) -> None:
         """Precompute per-token costs (microseconds) of ``model`` on ``tp`` ``gpu``s.
 
         ``kv_dtype`` is the KV cache's element type (default: as ``dtype``'s KV default).
         """
         self.overhead = overhead
-        flops_us = gpu.flops(dtype) * MFU / 1e6  # FLOP per microsecond
-        bytes_us = gpu.hbm_bytes_per_s * BWU / 1e6
+        mfu, bwu, nvlink = (1.0, 1.0, 1.0) if physical else (MFU, BWU, NVLINK_EFF)
+        flops_us = gpu.flops(dtype) * mfu / 1e6  # FLOP per microsecond
+        bytes_us = gpu.hbm_bytes_per_s * bwu / 1e6
         kv_tok = kv_bytes_per_token(model, tp, kv_dtype or dtype)
         head_flops = 4.0 * model.layers * (model.heads / tp) * model.head_dim
         per_weight = EXPERT_BYTES.get(dtype, 2.0)
@@ -72,12 +79,12 @@ class RooflineStepTime:
         self._attn_flop_us = head_flops / flops_us  # times (query x key) pairs
         self._kv_read_us = kv_tok / bytes_us  # per KV token read
         self._decode_per_kv = max(self._attn_flop_us, self._kv_read_us)
-        self._fixed_us = model.layers * LAYER_LAUNCH_US
+        self._fixed_us = 0.0 if physical else model.layers * LAYER_LAUNCH_US
         self._ar_fixed_us = 0.0
         self._ar_tok_us = 0.0
         if tp > 1:
-            self._ar_fixed_us = 2 * model.layers * ALLREDUCE_LATENCY_US
-            link_us = gpu.nvlink_bytes_per_s * NVLINK_EFF / 1e6
+            self._ar_fixed_us = 0.0 if physical else 2 * model.layers * ALLREDUCE_LATENCY_US
+            link_us = gpu.nvlink_bytes_per_s * nvlink / 1e6
             self._ar_tok_us = 2 * model.layers * (2 * (tp - 1) / tp) * model.hidden * 2 / link_us
         self._per_n: dict[int, float] = {}
 
@@ -141,3 +148,17 @@ class RooflineStepTime:
         kv = (decode_kv_tokens + n_decode * np.arange(n_steps, dtype=np.int64)).astype(np.float64)
         total = kv * self._decode_per_kv + self._decode_const(n_decode)
         return np.maximum(np.floor(total + 0.5).astype(np.int64), 1)
+
+
+def physical_floor(config: DeploymentConfig) -> RooflineStepTime:
+    """The shortest a step of ``config`` can physically take (microseconds, no overhead).
+
+    Each op at the GPU's peak (``max(FLOPs / peak FLOP/s, bytes / peak HBM bandwidth)``, the
+    tensor-parallel all-reduces at NVLink's peak), from the GPU's data sheet (AIConfigurator's
+    system files, :mod:`dynosim.perf.systems`): no kernel of any backend beats it. MoE experts:
+    the share a step's tokens can touch, ``min(1, tokens x topk / experts)``, an upper bound of
+    the expected share, so for mid-sized MoE batches this floor may sit a little above the
+    true one.
+    """
+    return RooflineStepTime(model_spec(config.model), gpu_spec(config.gpu), config.tp,
+                            config.dtype, NO_OVERHEAD, config.kv_dtype, physical=True)  # fmt: skip

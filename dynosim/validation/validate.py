@@ -32,6 +32,7 @@ from dynosim.perf.calibration import (
 from dynosim.perf.catalog import model_spec
 from dynosim.perf.deployment import DeploymentPerf, resolve, resolve_pools
 from dynosim.perf.overhead import NO_OVERHEAD, CalibratedStepTime
+from dynosim.perf.roofline import physical_floor
 from dynosim.simulation import Simulation
 from dynosim.types import Request
 from dynosim.validation.client_metrics import client_metrics
@@ -188,18 +189,20 @@ def row_requests(m: Measurement, rounds: int) -> tuple[list[Request], int]:
 
 
 def row_perf(
-    m: Measurement, step: StepCalibration, timing: str = "aic"
+    m: Measurement, step: StepCalibration, timing: str = "aic", *, floor: bool = False
 ) -> DeploymentPerf | dict[PoolName, DeploymentPerf]:
     """The row's deployment performance with the step calibration ``step`` (per pool if disagg).
 
     The kernel model is built without overhead and ``step`` is applied on top of it
     (:class:`~dynosim.perf.overhead.CalibratedStepTime`), so any step calibration, also a probe
-    with zero kernel factors, can be replayed.
+    with zero kernel factors, can be replayed. ``floor``: bounded by the physical floor
+    (:func:`~dynosim.perf.roofline.physical_floor`; never for probes, which must stay linear).
     """
 
     def calibrated(config: DeploymentConfig) -> DeploymentPerf:
         perf = resolve(config)
-        return replace(perf, timing=CalibratedStepTime(perf.timing, step, NO_OVERHEAD))
+        low = physical_floor(config) if floor else None
+        return replace(perf, timing=CalibratedStepTime(perf.timing, step, NO_OVERHEAD, low))
 
     config = replace(row_config(m, timing), framework_overhead_us=0.0)
     pools = resolve_pools(config, calibrated)
@@ -262,7 +265,8 @@ def replay(
         requests, warmup = row_requests(m, rounds)
         overlapped = config.engine.async_scheduling is not False
         layers = row_layers(m) if cal.per_layer_us else 0
-        perf = row_perf(m, step or cal.step_for(m.gpu, overlapped, layers), timing)
+        floor = step is None and cal.roofline_floor
+        perf = row_perf(m, step or cal.step_for(m.gpu, overlapped, layers), timing, floor=floor)
         rec = Simulation(config, requests, perf=perf).run(warmup_requests=warmup).records
     except DynosimError as exc:
         return RowResult(m, nan, nan, str(exc))
