@@ -54,10 +54,13 @@ class RooflineStepTime:
         kv_dtype: str | None = None,
         *,
         physical: bool = False,
+        expert_shards: int | None = None,
     ) -> None:
         """Precompute per-token costs (microseconds) of ``model`` on ``tp`` ``gpu``s.
 
         ``kv_dtype`` is the KV cache's element type (default: as ``dtype``'s KV default).
+        ``expert_shards``: the GPUs the routed experts are spread over (``ep x moe_tp``;
+        default ``tp``), the rest of the weights staying over ``tp``.
         """
         self.overhead = overhead
         mfu, bwu, nvlink = (1.0, 1.0, 1.0) if physical else (MFU, BWU, NVLINK_EFF)
@@ -73,6 +76,10 @@ class RooflineStepTime:
         self._topk = model.topk
         self._expert_us = expert_bytes / bytes_us
         self._dense_weight_us = (weight_bytes(model, dtype) / tp - expert_bytes) / bytes_us
+        if expert_shards is not None and model.is_moe:  # experts over ep x moe_tp GPUs
+            routed = model.expert_params * per_weight
+            self._expert_us = routed / expert_shards / bytes_us
+            self._dense_weight_us = (weight_bytes(model, dtype) - routed) / tp / bytes_us
         lm_head = model.vocab * model.hidden
         self._tok_flop_us = 2.0 * (model.active_params - lm_head) / tp / flops_us
         self._req_flop_us = 2.0 * lm_head / tp / flops_us
@@ -155,10 +162,15 @@ def physical_floor(config: DeploymentConfig) -> RooflineStepTime:
 
     Each op at the GPU's peak (``max(FLOPs / peak FLOP/s, bytes / peak HBM bandwidth)``, the
     tensor-parallel all-reduces at NVLink's peak), from the GPU's data sheet (AIConfigurator's
-    system files, :mod:`dynosim.perf.systems`): no kernel of any backend beats it. MoE experts:
-    the share a step's tokens can touch, ``min(1, tokens x topk / experts)``, an upper bound of
-    the expected share, so for mid-sized MoE batches this floor may sit a little above the
-    true one.
+    system files, :mod:`dynosim.perf.systems`): no kernel of any backend beats it. The routed
+    experts are read from the ``ep x moe_tp`` GPUs that hold them (:mod:`dynosim.perf.memory`'s
+    split), the share a step's tokens can touch, ``min(1, tokens x topk / experts)``: an upper
+    bound of the expected share, so for mid-sized MoE batches this floor may sit a little above
+    the true one. With attention DP the step is one DP rank's (its requests and KV); the other
+    ranks' tokens, which also reach the experts, are left out (a lower floor).
     """
+    moe = model_spec(config.model).is_moe
+    shards = config.ep * config.moe_tp_size if moe else None
     return RooflineStepTime(model_spec(config.model), gpu_spec(config.gpu), config.tp,
-                            config.dtype, NO_OVERHEAD, config.kv_dtype, physical=True)  # fmt: skip
+                            config.dtype, NO_OVERHEAD, config.kv_dtype, physical=True,
+                            expert_shards=shards)  # fmt: skip

@@ -240,7 +240,11 @@ def calibrate(
                 input_token_us=round(per_token, 3),
                 output_token_us=round(f.output_token_us, 1),
             )
-        backends[backend] = replace(cal, host=host, sigma=f.sigma(), sources=sources)
+        # the physical floor is a modelling choice, not a fitted term: the start's is kept
+        # (the probes are linear and never use it: CalibratedStepTime)
+        floor = start.backend(backend).roofline_floor
+        backends[backend] = replace(cal, host=host, sigma=f.sigma(), sources=sources,
+                                    roofline_floor=floor)  # fmt: skip
         fits.append(f)
     groups = sorted({"/".join(m.group[:3]) for f in fits for m in f.design.rows})
     fitted_on: dict[str, Any] = {

@@ -86,3 +86,19 @@ def test_the_flag_round_trips_and_must_be_a_bool() -> None:
     raw["backends"]["sglang"]["roofline_floor"] = "yes"
     with pytest.raises(ConfigError, match=r"p\.yaml.*roofline_floor true \| false"):
         profile_from_dict(raw, "p.yaml")
+
+
+def test_the_floor_reads_routed_experts_from_the_gpus_that_hold_them() -> None:
+    """Qwen3-235B-A22B-FP8 on 8 x H200: TP8 (experts split 8 ways by expert TP) and attention
+    DP 8 with EP 8 (8 experts' shares per GPU) read the same expert bytes per GPU; the rest of
+    the weights is split 8 ways in the first and replicated in the second."""
+    base = {"model": "Qwen/Qwen3-235B-A22B-FP8", "gpu": "h200_sxm", "backend": "vllm",
+            "dtype": "fp8_block"}  # fmt: skip
+    tp8 = physical_floor(DeploymentConfig.from_dict({**base, "tp": 8}))
+    adp = physical_floor(DeploymentConfig.from_dict({**base, "tp": 1, "attention_dp": 8,
+                                                     "ep": 8}))  # fmt: skip
+    assert adp._expert_us == pytest.approx(tp8._expert_us, rel=1e-12)
+    assert adp._dense_weight_us == pytest.approx(8 * tp8._dense_weight_us, rel=1e-12)
+    spec = model_spec(base["model"])
+    routed = spec.expert_params * 1.0  # FP8: one byte a weight
+    assert tp8._expert_us == pytest.approx(routed / 8 / 4.8e12 * 1e6, rel=0.01)
