@@ -191,21 +191,52 @@ class CalibratedStepTime:
         total = priced + self.overhead.us(n_requests, tokens)
         return max(1, math.floor(total + 0.5))
 
+    def _under_floor(self, n: int, kv: int, k: int) -> bool:
+        """Whether every step of a decode run is priced at the floor (its kernel time below it).
+
+        Decided from the two ends when the kernel model's decode step never shrinks as the KV
+        grows (:meth:`~dynosim.perf.aic.AicStepTime.decode_monotone`): the run's longest kernel
+        time, at its last step, against the floor's shortest, at its first, with one rounding
+        unit of margin (a rounded step of a non-decreasing curve can exceed a later one by at
+        most 1 us). Otherwise False: the run is priced step by step.
+        """
+        floor = self.floor
+        if floor is None or not _monotone(self.inner, n):
+            return False
+        last = kv + n * (k - 1)
+        top = self.cal.decode * (float(self.inner.step_us((), n, last)) - self.inner_overhead.us(n))
+        return top + self.cal.decode <= float(floor.step_us((), n, kv))
+
     def decode_run_us(
         self, n_decode: int, decode_kv_tokens: int, n_steps: int
     ) -> npt.NDArray[np.int64]:
         """Durations of ``n_steps`` decode-only steps (see the protocol)."""
-        inner = self.inner.decode_run_us(n_decode, decode_kv_tokens, n_steps)
         own = self.inner_overhead.us(n_decode)
         add = self.overhead.us(n_decode, n_decode)
-        kernel = self.cal.decode * (inner.astype(np.float64) - own)
-        if self.floor is not None:
-            low = self.floor.decode_run_us(n_decode, decode_kv_tokens, n_steps)
-            kernel = np.maximum(kernel, low.astype(np.float64))
+        floor = self.floor
+        if floor is not None and n_steps > 0 and self._under_floor(n_decode, decode_kv_tokens,
+                                                                   n_steps):  # fmt: skip
+            kernel = floor.decode_run_us(n_decode, decode_kv_tokens, n_steps).astype(np.float64)
+        else:
+            inner = self.inner.decode_run_us(n_decode, decode_kv_tokens, n_steps)
+            kernel = self.cal.decode * (inner.astype(np.float64) - own)
+            if floor is not None and n_steps > 0:
+                # The floor grows with the KV length (its last step is its largest): a run
+                # whose every step is above that needs no floor array (the max is a no-op).
+                last = decode_kv_tokens + n_decode * (n_steps - 1)
+                if float(kernel.min()) < float(floor.step_us((), n_decode, last)):
+                    low = floor.decode_run_us(n_decode, decode_kv_tokens, n_steps)
+                    kernel = np.maximum(kernel, low.astype(np.float64))
         total = kernel + add
         out = (total + 0.5).astype(np.int64)  # floor for x >= 0; the clamp covers the rest
         np.maximum(out, 1, out=out)
         return out
+
+
+def _monotone(model: object, n: int) -> bool:
+    """Whether ``model`` says its decode step of ``n`` requests never shrinks as KV grows."""
+    check = getattr(model, "decode_monotone", None)
+    return bool(check(n)) if check is not None else False
 
 
 def calibrated(

@@ -127,6 +127,10 @@ class RooflineStepTime:
             self._per_n[n] = const
         return const
 
+    def decode_monotone(self, n: int) -> bool:
+        """A decode step never gets shorter as the KV grows (its KV term is non-negative)."""
+        return self._decode_per_kv >= 0.0
+
     def step_us(
         self, prefill: Sequence[tuple[int, int]], n_decode: int, decode_kv_tokens: int
     ) -> int:

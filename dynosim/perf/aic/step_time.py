@@ -62,6 +62,7 @@ class AicStepTime:
         self._kw_l: list[float] = np.diff(kg).tolist()
         self._dec_l: list[list[float]] = dec.tolist()
         self._ddec_l: list[list[float]] = np.diff(dec, axis=1).tolist()
+        self._monotone: dict[int, bool] = {}
         self._dec_nonattn: list[float] = t["dec_nonattn_us"].tolist()
         self._per_n: dict[int, tuple[int, float, float]] = {}
         self._per_r: dict[int, tuple[float, float]] = {}
@@ -103,6 +104,21 @@ class AicStepTime:
         a = r0[j] + wp * (r0[j + 1] - r0[j])
         b = r1[j] + wp * (r1[j + 1] - r1[j])
         return a + wc * (b - a)
+
+    def decode_monotone(self, n: int) -> bool:
+        """Whether a decode step of ``n`` requests never gets shorter as the KV grows.
+
+        The step is piecewise linear in the KV length (each cell of the KV grid a lerp of two
+        batch rows, continuous across cells): it is non-decreasing when every cell's slope,
+        ``(1 - wn) da + wn db``, is at least 0. Cached per ``n``.
+        """
+        known = self._monotone.get(n)
+        if known is None:
+            i, wn, _ = self._decode_row(n)
+            da, db = self._ddec_l[i], self._ddec_l[i + 1]
+            known = all((1.0 - wn) * a + wn * b >= 0.0 for a, b in zip(da, db, strict=True))
+            self._monotone[n] = known
+        return known
 
     def _decode_row(self, n: int) -> tuple[int, float, float]:
         """Row index and weight on the batch grid, and the attention-free time, for ``n``."""

@@ -102,3 +102,28 @@ def test_the_floor_reads_routed_experts_from_the_gpus_that_hold_them() -> None:
     spec = model_spec(base["model"])
     routed = spec.expert_params * 1.0  # FP8: one byte a weight
     assert tp8._expert_us == pytest.approx(routed / 8 / 4.8e12 * 1e6, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu", "tp", "backend"),
+    [("meta-llama/Llama-3.1-8B-Instruct", "h200_sxm", 1, "vllm"),
+     ("Qwen/Qwen3-32B", "h100_sxm", 2, "sglang"),
+     ("Qwen/Qwen3-32B", "h100_sxm", 1, "trtllm")],
+)  # fmt: skip
+def test_shipped_profile_runs_equal_steps_with_the_floor(
+    model: str, gpu: str, tp: int, backend: str
+) -> None:
+    """The shipped profile (floor on), AIConfigurator's kernels: every decode run equals its
+    steps one at a time, including the runs decided from their two ends (the kernel model's
+    decode curve non-decreasing), and such curves are non-decreasing indeed."""
+    m = step_time_model(DeploymentConfig.from_dict({"model": model, "gpu": gpu, "tp": tp,
+                                                     "backend": backend}))  # fmt: skip
+    assert isinstance(m, CalibratedStepTime)
+    assert m.floor is not None
+    for n in (1, 3, 16, 64, 200):
+        for kv in (0, 517 * n, 20_000 * n):
+            run = m.decode_run_us(n, kv, 300)
+            assert [int(x) for x in run] == [m.step_us((), n, kv + n * j) for j in range(300)]
+        if m.inner.decode_monotone(n):  # type: ignore[attr-defined]
+            raw = m.inner.decode_run_us(n, 0, 4000)
+            assert np.all(np.diff(raw) >= 0)
