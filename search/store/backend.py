@@ -43,31 +43,47 @@ GRACE_S = 30.0
 """A lock of unknown holder (another host, plain Optuna) unchanged this long is broken."""
 
 
+_HELD: set[str] = set()
+"""Lock files this process holds (any thread), registered with the link made."""
+_HELD_GUARD = threading.Lock()
+
+
 class HolderLock(JournalFileSymlinkLock):
-    """Optuna's symlink lock; the link target records ``HOST PID`` of the holder."""
+    """Optuna's symlink lock; the link target records ``HOST PID`` of the holder.
+
+    A lock naming this very process that no thread of it holds (:data:`_HELD`) was orphaned
+    by an interrupt that landed between making the link and the code that releases it (a
+    Ctrl-C between ``acquire`` returning and the ``try`` of the caller): it is broken at once,
+    where it would otherwise block this process's own next write (its "stopped" status, the
+    lease release) for the grace period.
+    """
 
     def __init__(self, path: str) -> None:
         super().__init__(path, grace_period=int(GRACE_S))
         self._target = f"{path}{TAG}{socket.gethostname()} {os.getpid()}"
 
     def acquire(self) -> bool:
-        """Take the lock, breaking one whose holder died on this host.
+        """Take the lock, breaking one whose holder died on this host or is this process's orphan.
 
         A lock of unknown holder that has not changed for ``GRACE_S`` is broken, as Optuna does.
         """
         pause, seen, since = 0.001, None, time.monotonic()
         while True:
-            try:
-                os.symlink(self._target, self._lock_file)
-                return True
-            except FileExistsError:
-                pass
+            with _HELD_GUARD:  # the link and its registration, as one step for our threads
+                try:
+                    os.symlink(self._target, self._lock_file)
+                    _HELD.add(self._lock_file)
+                    return True
+                except FileExistsError:
+                    pass
             try:
                 target, mtime = os.readlink(self._lock_file), os.lstat(self._lock_file).st_mtime
             except OSError:
                 continue  # released meanwhile
             if _dead_holder(target):
                 self._break(target)
+                continue
+            if self._break_orphan(target):
                 continue
             if (target, mtime) != seen:
                 seen, since = (target, mtime), time.monotonic()
@@ -76,6 +92,26 @@ class HolderLock(JournalFileSymlinkLock):
                 continue
             time.sleep(pause)
             pause = min(pause * 2, 0.05)
+
+    def _break_orphan(self, target: str) -> bool:
+        """Break the lock if ``target`` names this process and none of its threads holds it.
+
+        Checked and broken under :data:`_HELD_GUARD`, so no thread of this process (whose links
+        all read the same) can take the lock in between and lose it to this break.
+        """
+        with _HELD_GUARD:
+            if target != self._target or self._lock_file in _HELD:
+                return False
+            self._break(target)
+            return True
+
+    def release(self) -> None:
+        """Release the lock (Optuna's rename and unlink) and forget that this process holds it."""
+        try:
+            super().release()
+        finally:
+            with _HELD_GUARD:
+                _HELD.discard(self._lock_file)
 
     def _break(self, target: str) -> None:
         """Remove the lock if it still is the one seen (a rename only one process wins)."""

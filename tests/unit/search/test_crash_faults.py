@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -186,6 +187,30 @@ def test_a_journal_lock_left_by_a_killed_process_is_broken_at_once(tmp_path: Pat
     assert time.monotonic() - t0 < 1.0  # not Optuna's 30 s grace period
     assert str(os.getpid()) in os.readlink(lock)
     holder.release()
+    assert not lock.exists()
+
+
+def test_a_lock_this_process_orphaned_is_broken_at_once(tmp_path: Path) -> None:
+    """A Ctrl-C between making the link and the caller's ``try`` leaves a lock naming this very
+    process that no thread of it holds: the next acquire breaks it at once (it used to wait out
+    the 30 s grace period, and a driver's "stopped" write with it; the Ctrl-C test's flake)."""
+    path = tmp_path / "s.journal"
+    lock = Path(f"{path}.lock")
+    os.symlink(f"{path}{TAG}{os.uname().nodename} {os.getpid()}", lock)  # unregistered
+    t0 = time.monotonic()
+    holder = HolderLock(str(path))
+    assert holder.acquire()
+    assert time.monotonic() - t0 < 1.0
+    # held by a thread of this process now: another of its threads waits, it does not break it
+    waiter = HolderLock(str(path))
+    t = threading.Thread(target=waiter.acquire, daemon=True)
+    t.start()
+    t.join(0.5)
+    assert t.is_alive()
+    holder.release()
+    t.join(5.0)
+    assert not t.is_alive()
+    waiter.release()
     assert not lock.exists()
 
 
