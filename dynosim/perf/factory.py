@@ -30,7 +30,14 @@ def step_time_model(config: DeploymentConfig) -> StepTimeModel:
 
 
 def _floored(config: DeploymentConfig) -> bool:
-    """Whether the profile bounds ``config``'s kernel times by the physical floor."""
+    """Whether the profile bounds ``config``'s kernel times by the physical floor.
+
+    Not with ``framework_overhead_us`` (a constant step overhead, kernel factors 1): that is
+    how :func:`dynosim.validation.validate.row_perf` gets the raw kernel model it applies a
+    step calibration and the floor to itself (calibration probes must see the raw kernels).
+    """
+    if config.framework_overhead_us is not None:
+        return False
     return deployment_profile(config).backend(config.backend).roofline_floor
 
 

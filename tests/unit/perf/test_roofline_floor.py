@@ -127,3 +127,16 @@ def test_shipped_profile_runs_equal_steps_with_the_floor(
         if m.inner.decode_monotone(n):  # type: ignore[attr-defined]
             raw = m.inner.decode_run_us(n, 0, 4000)
             assert np.all(np.diff(raw) >= 0)
+
+
+def test_a_constant_overhead_override_leaves_the_raw_kernels() -> None:
+    """``framework_overhead_us`` (how the calibration's replays get the raw kernel model they
+    price probes with) is not floored: a probe must see AIConfigurator's kernels, not a floor
+    applied at kernel factor 1 (the refit then reproduces the shipped profile)."""
+    from dynosim.perf.aic import AicStepTime
+
+    base = {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h200_sxm", "tp": 1,
+            "backend": "vllm"}  # fmt: skip
+    assert isinstance(step_time_model(DeploymentConfig.from_dict(base)), CalibratedStepTime)
+    raw = step_time_model(DeploymentConfig.from_dict({**base, "framework_overhead_us": 0.0}))
+    assert isinstance(raw, AicStepTime)
