@@ -160,6 +160,8 @@ class CalibratedStepTime:
         self.cal = cal
         self.inner_overhead = inner_overhead
         self.floor = floor
+        self._monotone = getattr(inner, "decode_monotone", None)
+        self._floor_run = getattr(floor, "decode_run_float", None)
         self.overhead = FrameworkOverhead(cal.base_us, cal.per_request_us, cal.per_token_us)
 
     def step_us(
@@ -191,6 +193,14 @@ class CalibratedStepTime:
         total = priced + self.overhead.us(n_requests, tokens)
         return max(1, math.floor(total + 0.5))
 
+    def _floor_float(self, n: int, kv: int, k: int) -> npt.NDArray[np.float64]:
+        """The floor's decode run as floats (its own float path when it has one)."""
+        if self._floor_run is not None:
+            out: npt.NDArray[np.float64] = self._floor_run(n, kv, k)
+            return out
+        assert self.floor is not None
+        return self.floor.decode_run_us(n, kv, k).astype(np.float64)
+
     def _under_floor(self, n: int, kv: int, k: int) -> bool:
         """Whether every step of a decode run is priced at the floor (its kernel time below it).
 
@@ -200,8 +210,8 @@ class CalibratedStepTime:
         unit of margin (a rounded step of a non-decreasing curve can exceed a later one by at
         most 1 us). Otherwise False: the run is priced step by step.
         """
-        floor = self.floor
-        if floor is None or not _monotone(self.inner, n):
+        floor, monotone = self.floor, self._monotone
+        if floor is None or monotone is None or not monotone(n):
             return False
         last = kv + n * (k - 1)
         top = self.cal.decode * (float(self.inner.step_us((), n, last)) - self.inner_overhead.us(n))
@@ -216,7 +226,7 @@ class CalibratedStepTime:
         floor = self.floor
         if floor is not None and n_steps > 0 and self._under_floor(n_decode, decode_kv_tokens,
                                                                    n_steps):  # fmt: skip
-            kernel = floor.decode_run_us(n_decode, decode_kv_tokens, n_steps).astype(np.float64)
+            kernel = self._floor_float(n_decode, decode_kv_tokens, n_steps)
         else:
             inner = self.inner.decode_run_us(n_decode, decode_kv_tokens, n_steps)
             kernel = self.cal.decode * (inner.astype(np.float64) - own)
@@ -225,18 +235,12 @@ class CalibratedStepTime:
                 # whose every step is above that needs no floor array (the max is a no-op).
                 last = decode_kv_tokens + n_decode * (n_steps - 1)
                 if float(kernel.min()) < float(floor.step_us((), n_decode, last)):
-                    low = floor.decode_run_us(n_decode, decode_kv_tokens, n_steps)
-                    kernel = np.maximum(kernel, low.astype(np.float64))
+                    low = self._floor_float(n_decode, decode_kv_tokens, n_steps)
+                    kernel = np.maximum(kernel, low)
         total = kernel + add
         out = (total + 0.5).astype(np.int64)  # floor for x >= 0; the clamp covers the rest
         np.maximum(out, 1, out=out)
         return out
-
-
-def _monotone(model: object, n: int) -> bool:
-    """Whether ``model`` says its decode step of ``n`` requests never shrinks as KV grows."""
-    check = getattr(model, "decode_monotone", None)
-    return bool(check(n)) if check is not None else False
 
 
 def calibrated(

@@ -30,6 +30,7 @@ from dynosim.perf.catalog import GpuSpec, ModelSpec, gpu_spec, model_spec
 from dynosim.perf.memory import EXPERT_BYTES, kv_bytes_per_token, weight_bytes
 from dynosim.perf.overhead import NO_OVERHEAD, FrameworkOverhead, framework_overhead
 
+F64 = npt.NDArray[np.float64]
 MFU = 0.6  # achieved fraction of peak tensor FLOP/s
 BWU = 0.8  # achieved fraction of peak HBM bandwidth (AIConfigurator's empirical factor)
 NVLINK_EFF = 0.7  # achieved fraction of NVLink bandwidth in NCCL all-reduce
@@ -159,6 +160,22 @@ class RooflineStepTime:
         kv = (decode_kv_tokens + n_decode * np.arange(n_steps, dtype=np.int64)).astype(np.float64)
         total = kv * self._decode_per_kv + self._decode_const(n_decode)
         return np.maximum(np.floor(total + 0.5).astype(np.int64), 1)
+
+    def decode_run_float(self, n_decode: int, decode_kv_tokens: int, n_steps: int) -> F64:
+        """:meth:`decode_run_us` as float64, the same values (no int round trip).
+
+        For callers that go on in floats (:class:`~dynosim.perf.overhead.CalibratedStepTime`).
+        """
+        if n_decode <= 0:
+            return self.decode_run_us(n_decode, decode_kv_tokens, n_steps).astype(np.float64)
+        kv = np.arange(n_steps, dtype=np.float64)  # exact: integers below 2**53
+        kv *= n_decode
+        kv += decode_kv_tokens
+        kv *= self._decode_per_kv
+        kv += self._decode_const(n_decode)
+        kv += 0.5
+        np.floor(kv, out=kv)
+        return np.maximum(kv, 1.0, out=kv)
 
 
 def physical_floor(config: DeploymentConfig) -> RooflineStepTime:

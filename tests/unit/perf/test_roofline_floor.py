@@ -140,3 +140,10 @@ def test_a_constant_overhead_override_leaves_the_raw_kernels() -> None:
     assert isinstance(step_time_model(DeploymentConfig.from_dict(base)), CalibratedStepTime)
     raw = step_time_model(DeploymentConfig.from_dict({**base, "framework_overhead_us": 0.0}))
     assert isinstance(raw, AicStepTime)
+
+
+def test_the_floor_run_in_floats_equals_its_integer_run() -> None:
+    floor = physical_floor(DeploymentConfig.from_dict(BASE))
+    for n, kv, k in ((1, 0, 1), (8, 12_345, 257), (64, 10**6, 3000), (0, 0, 4)):
+        assert np.array_equal(floor.decode_run_float(n, kv, k),
+                              floor.decode_run_us(n, kv, k).astype(np.float64))  # fmt: skip
