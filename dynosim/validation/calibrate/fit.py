@@ -29,6 +29,7 @@ from dynosim.validation.calibrate.linear import (
     predict,
 )
 from dynosim.validation.calibrate.options import FACTOR_PRIOR, FitOptions
+from dynosim.validation.calibrate.solve import F_SCALE, bounded
 from dynosim.validation.measurement import Measurement
 
 __all__ = [
@@ -138,7 +139,7 @@ def fit_theta_extra(
         a = np.vstack([a, np.array(prior_rows)])
         b = np.concatenate([b, np.array(prior_b)])
     factors = [j * k + 3 for j in range(n_slots) if free[j * k + 4]]
-    theta = _bounded(a, b, free, fixed, factors, opts.factor_bounds)
+    theta = bounded(a, b, free, fixed, factors, opts.factor_bounds)
     rest = np.abs(att[idx, 5:7]).any(axis=1).sum()
     if own and opts.fit_host and rest < SOURCE_HOST_ROWS:
         full = spread(att[idx], et[idx])
@@ -158,71 +159,6 @@ def _extras(d: Design, idx: npt.NDArray[np.intp], free: Sequence[bool]) -> list[
     layered = len(set(d.layers[idx].tolist())) > 1
     told = [sync] * len(SYNC_PARAMS) + [layered]
     return [j for j, (f, t) in enumerate(zip(free, told, strict=True)) if f and t]
-
-
-_F_SCALE = 0.1
-"""The relative error beyond which :func:`_solve`'s ``soft_l1`` loss grows linearly."""
-
-
-def _solve(a: F64, b: F64, free: npt.NDArray[np.bool_], fixed: F64, lower: F64, upper: F64) -> F64:
-    """``theta`` minimising the robust loss of ``a theta - b``, its free entries in bounds."""
-    b = b - a[:, ~free] @ fixed[~free]
-    a_free = a[:, free]
-    # Solve for z = theta * scale, whose columns have comparable size (us and factors mix).
-    scale = np.maximum(np.abs(a_free).max(axis=0), 1e-12)
-    a_scaled = a_free / scale
-    lo, hi = lower[free], upper[free]
-    res = least_squares(
-        lambda z: a_scaled @ z - b,
-        x0=np.clip(fixed[free] + 0.1, lo, hi) * scale,
-        jac=lambda z: a_scaled,
-        bounds=(lo * scale, hi * scale),
-        loss="soft_l1",
-        f_scale=_F_SCALE,
-        method="trf",
-    )
-    theta = fixed.copy()
-    theta[free] = res.x / scale
-    return theta
-
-
-def _bounded(
-    a: F64,
-    b: F64,
-    free: npt.NDArray[np.bool_],
-    fixed: F64,
-    factors: Sequence[int],
-    bounds: tuple[float, float],
-) -> F64:
-    """:func:`_solve`, each slot's kernel factors in ``bounds`` (:data:`~.options.FACTOR_BOUNDS`).
-
-    ``factors``: the index of each fitted slot's ``prefill - decode`` (its ``decode`` follows).
-    Every other free entry is at least 0. ``decode`` in ``[low, high]`` and ``prefill - decode``
-    in ``[0, high - low]`` are box bounds; ``prefill <= high`` is not. The loss is convex, so
-    where the box's optimum has ``prefill > high`` that constraint is active at the optimum:
-    the slot is solved again with ``prefill = high`` (``high * K_prefill`` moved to ``b`` and
-    ``decode`` multiplying the rest of the kernel time, ``K - K_prefill``) until no slot is
-    above it.
-    """
-    lo, hi = bounds
-    lower, upper = np.zeros(len(fixed)), np.full(len(fixed), np.inf)
-    for q in factors:
-        upper[q] = hi - lo
-        lower[q + 1], upper[q + 1] = lo, hi
-    a, free, fixed = a.copy(), free.copy(), fixed.copy()
-    pinned: list[int] = []
-    while True:
-        theta = _solve(a, b, free, fixed, lower, upper)
-        over = [q for q in factors if q not in pinned and theta[q] + theta[q + 1] > hi * (1 + 1e-9)]
-        if not over:
-            break
-        for q in over:  # prefill = high: K_prefill's column times high goes to the fixed part
-            a[:, q + 1] -= a[:, q]
-            free[q], fixed[q] = False, hi
-            pinned.append(q)
-    for q in pinned:  # back to prefill - decode
-        theta[q] = hi - theta[q + 1]
-    return theta
 
 
 @dataclass(slots=True)
@@ -265,13 +201,13 @@ class BackendFit:
     def loss(self, ttft_weight: float = 1.0) -> float:
         """The fit's robust loss in sample, without the kernel factors' prior.
 
-        That is :func:`_solve`'s ``soft_l1`` of the relative errors of TTFT (weighted
+        That is :func:`~.solve.bounded`'s ``soft_l1`` of the relative errors of TTFT (weighted
         ``ttft_weight``) and TPOT.
         """
         t, p = self.fitted()
         d = self.design
         r = np.concatenate([ttft_weight * (t / d.measured_ttft - 1), p / d.measured_tpot - 1])
-        return float((2 * (np.sqrt(1 + (r / _F_SCALE) ** 2) - 1)).sum())
+        return float((2 * (np.sqrt(1 + (r / F_SCALE) ** 2) - 1)).sum())
 
     def held_out_error(self) -> float:
         """Mean absolute relative error of the held-out TTFT plus that of the held-out TPOT."""
