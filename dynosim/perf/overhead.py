@@ -248,12 +248,11 @@ def calibrated(
 ) -> StepTimeModel:
     """``model`` with ``config``'s step calibration (``model`` itself when it needs none).
 
-    ``floor``: the physical floor of the kernel time (:class:`CalibratedStepTime`), applied
-    when the profile's ``roofline_floor`` asks for it for the backend.
+    ``floor``: the physical floor of the kernel time (:class:`CalibratedStepTime`); the caller
+    passes one when the profile's ``roofline_floor`` asks for it
+    (:func:`dynosim.perf.factory.step_time_model`).
     """
     cal = step_calibration(config)
-    if not deployment_profile(config).backend(config.backend).roofline_floor:
-        floor = None
     if cal.kernel_exact and floor is None:
         return model
     return CalibratedStepTime(model, cal, framework_overhead(config), floor)

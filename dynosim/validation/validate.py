@@ -263,10 +263,10 @@ def replay(
             config = replace(config, host=cost.host_config(m.backend, delays=host_in_sim))
             cost = HostCalibration() if host_in_sim else replace(cost, output_token_us=0.0)
         requests, warmup = row_requests(m, rounds)
-        overlapped = config.engine.async_scheduling is not False
         layers = row_layers(m) if cal.per_layer_us else 0
         floor = step is None and cal.roofline_floor
-        perf = row_perf(m, step or cal.step_for(m.gpu, overlapped, layers), timing, floor=floor)
+        perf = row_perf(m, step or cal.step_for(m.gpu, overlapped(m), layers), timing,
+                        floor=floor)  # fmt: skip
         rec = Simulation(config, requests, perf=perf).run(warmup_requests=warmup).records
     except DynosimError as exc:
         return RowResult(m, nan, nan, str(exc))

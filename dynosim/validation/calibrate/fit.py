@@ -56,7 +56,6 @@ def fit_theta(
 
 
 NO_EXTRA = (False,) * len(EXTRA_PARAMS)
-ALL_EXTRA = (True,) * len(EXTRA_PARAMS)
 
 
 def fit_theta_extra(
