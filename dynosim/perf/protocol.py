@@ -16,7 +16,9 @@ class StepTimeModel(Protocol):
 
     Invariants every implementation keeps (checked by the conformance suite):
       * deterministic: the same shape always gives the same duration;
-      * monotone: more prefill tokens, more decode requests or longer KV never make a step faster;
+      * monotone: more prefill tokens, more decode requests (at the same KV length each) or
+        longer KV never make a step faster (the same KV split among more requests may be
+        faster: AIConfigurator measures one long request's decode attention as poorly parallel);
       * ``decode_run_us(n, kv, k)[j] == step_us((), n, kv + j * n)`` for every j < k, bit for
         bit, so that fast-forwarding many decode steps equals stepping them one at a time.
     """

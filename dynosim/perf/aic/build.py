@@ -8,8 +8,8 @@ evaluates it once per grid point (4 points per octave), a few seconds per key:
 * ``logits_us[R]``: the LM-head GEMM for ``R`` requests (one token each);
 * ``prefill_us[c, p]``: context attention of one request computing ``c`` new tokens over
   ``p`` cached ones;
-* ``decode_us[n, K]``: generation attention of ``n`` requests attending ``K`` KV tokens in all,
-  i.e. AIConfigurator's ``(batch=n, s=K/n)``;
+* ``decode_us[n, s]``: generation attention of ``n`` requests attending ``s`` KV tokens each
+  (AIConfigurator's ``(batch=n, s)``);
 * ``dec_nonattn_us[R]``: every generation op except attention and the LM head for a decode-only
   step of ``R`` requests, when the generation op list differs from the context one (else empty).
 
@@ -33,14 +33,12 @@ import numpy.typing as npt
 from dynosim.errors import ConfigError
 from dynosim.perf.aic.key import AicKey, _quiet, quant_modes
 from dynosim.perf.aic.named import NamedOps
-from dynosim.perf.catalog import model_spec
 from dynosim.perf.model_config import max_context
 
 F64 = npt.NDArray[np.float64]
 _PER_OCTAVE = 4
 _MAX_TOKENS = 1 << 20  # grid end for step tokens, chunk and context lengths
 _MAX_REQUESTS = 1 << 16  # grid end for requests per step
-_MAX_DECODE_KV = 1 << 27  # grid end for total KV tokens of a decode batch
 _KV_QUANT = {"bf16": "bfloat16", "fp8": "fp8"}
 # Ops whose time depends on the context length (the rest depend on the step's tokens only).
 _ATTENTION_OPS = ("_attention", "_mla_block", "_dsa_block", "_mla_module", "_dsa_module")
@@ -333,23 +331,17 @@ def _evaluate_grids(key: AicKey, h: Any) -> dict[str, F64]:
             for c in chunk
         ]
         dec_n = _log_grid(_MAX_REQUESTS)
-        dec_k = _log_grid(_MAX_DECODE_KV)
-        # A request cannot attend more than the model's context: cells with fewer, longer
-        # requests are priced at that length (AIConfigurator extrapolates wildly beyond its
-        # data there, and the monotone envelope would carry such a value to every larger batch).
-        # Dense models keep their uncapped tables (their results stay as validated before).
-        spec = model_spec(key.aic_model)
-        plain = not (spec.is_moe or spec.is_mla or spec.linear_layers or spec.sliding_layers)
-        cap = _MAX_TOKENS if plain else max_context(key.aic_model) or _MAX_TOKENS
+        # Decode attention is tabled by (batch, context per request): AIConfigurator's own
+        # coordinates, where its data is a uniform batch of n requests at length s each. Tabled
+        # by total KV instead, the monotone envelope along the batch axis carried the cost of a
+        # single request of n*s tokens (a long-context kernel AIConfigurator measures as poorly
+        # parallel, or extrapolates past its data) to every batch of n requests at s: Qwen3.5's
+        # 32 x 8k decode attention on B200 priced at 26x AIConfigurator's own 2.5 ms.
+        # A request cannot attend more than the model's context: the grid ends there and
+        # beyond it the last segment extrapolates (AIConfigurator extrapolates wildly there).
+        dec_s = _log_grid(min(max_context(key.aic_model) or _MAX_TOKENS, _MAX_TOKENS))
         decode = [
-            [
-                ms(
-                    h.evaluate_generation_ops(
-                        gen_attn, batch_size=int(n), s=min(cap, max(1, round(k / n)))
-                    )
-                )
-                for k in dec_k
-            ]
+            [ms(h.evaluate_generation_ops(gen_attn, batch_size=int(n), s=int(s))) for s in dec_s]
             for n in dec_n
         ]
     to_us = 1000.0
@@ -362,7 +354,7 @@ def _evaluate_grids(key: AicKey, h: Any) -> dict[str, F64]:
         "ctx_grid": ctx,
         "prefill_us": _monotone(np.asarray(prefill) * to_us),
         "dec_n_grid": dec_n,
-        "dec_k_grid": dec_k,
+        "dec_s_grid": dec_s,
         "decode_us": _monotone(np.asarray(decode) * to_us),
         "dec_nonattn_us": _monotone(np.asarray(dec_nonattn, dtype=np.float64) * to_us),
     }

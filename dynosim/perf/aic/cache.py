@@ -30,7 +30,7 @@ _TABLE_NAMES = (
     "ctx_grid",
     "prefill_us",
     "dec_n_grid",
-    "dec_k_grid",
+    "dec_s_grid",
     "decode_us",
     "dec_nonattn_us",
 )

@@ -25,7 +25,8 @@ from dynosim.config import AicDatabaseMode, DeploymentConfig
 from dynosim.errors import ConfigError
 from dynosim.perf.catalog import gpu_spec, model_spec
 
-TABLE_FORMAT = 3  # 2: parallelism, quantisation, every attention op; 3: context cap
+TABLE_FORMAT = 4  # 2: parallelism, quantisation, every attention op; 3: context cap;
+# 4: decode attention by context per request
 
 
 @functools.cache

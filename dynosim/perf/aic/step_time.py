@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections.abc import Sequence
 
 import numpy as np
@@ -57,9 +57,9 @@ class AicStepTime:
         self._dn: list[float] = t["dec_n_grid"].tolist()
         # Python floats: the scalar and the vectorised decode paths apply the same IEEE-754
         # operations in the same order, hence give the same bits (no transcendentals, no FMA).
-        kg, dec = t["dec_k_grid"], t["decode_us"]
-        self._kg_l: list[float] = kg.tolist()
-        self._kw_l: list[float] = np.diff(kg).tolist()
+        sg, dec = t["dec_s_grid"], t["decode_us"]
+        self._sg_l: list[float] = sg.tolist()
+        self._sw_l: list[float] = np.diff(sg).tolist()
         self._dec_l: list[list[float]] = dec.tolist()
         self._ddec_l: list[list[float]] = np.diff(dec, axis=1).tolist()
         self._monotone: dict[int, bool] = {}
@@ -108,9 +108,9 @@ class AicStepTime:
     def decode_monotone(self, n: int) -> bool:
         """Whether a decode step of ``n`` requests never gets shorter as the KV grows.
 
-        The step is piecewise linear in the KV length (each cell of the KV grid a lerp of two
-        batch rows, continuous across cells): it is non-decreasing when every cell's slope,
-        ``(1 - wn) da + wn db``, is at least 0. Cached per ``n``.
+        The step is piecewise linear in the KV length (each cell of the grid of context per
+        request a lerp of two batch rows, continuous across cells): it is non-decreasing when
+        every cell's slope, ``(1 - wn) da + wn db``, is at least 0. Cached per ``n``.
         """
         known = self._monotone.get(n)
         if known is None:
@@ -135,23 +135,24 @@ class AicStepTime:
             self._per_n[n] = row
         return row
 
-    def _kv_cell(self, kv: float) -> int:
-        """Segment of the KV grid that prices a total KV length of ``kv``."""
-        j = bisect_right(self._kg_l, kv) - 1
-        top = len(self._kg_l) - 2
+    def _s_cell(self, s: float) -> int:
+        """Segment of the grid of context per request that prices a context of ``s``."""
+        j = bisect_right(self._sg_l, s) - 1
+        top = len(self._sg_l) - 2
         return (j if j < top else top) if j > 0 else 0
 
     def _decode_cell_us(self, n: int, j: int, x: F64) -> None:
-        """Decode step times (before rounding) of ``n`` requests, in place of the KV lengths ``x``.
+        """Decode step times (before rounding) of ``n`` requests, in place of the contexts ``x``.
 
-        ``x`` holds KV lengths of cell ``j``. The same IEEE-754 operations, in the same order,
+        ``x`` holds contexts per request (total KV / ``n``) of cell ``j``. The same IEEE-754
+        operations, in the same order,
         as :meth:`_decode_attn_scalar_us` plus the attention-free time, element by element
         (scalars broadcast, no FMA; ``a + d`` is ``d + a``, as IEEE addition commutes); in
         place, since on arrays of a few hundred steps numpy's cost is per call and allocation.
         """
         i, wn, const = self._decode_row(n)
-        x -= self._kg_l[j]
-        x /= self._kw_l[j]  # wk
+        x -= self._sg_l[j]
+        x /= self._sw_l[j]  # wk
         a = x * self._ddec_l[i][j]
         a += self._dec_l[i][j]
         x *= self._ddec_l[i + 1][j]
@@ -169,17 +170,18 @@ class AicStepTime:
         if not kv:
             return []
         i, wn, const = self._decode_row(n)
-        kg, kw = self._kg_l, self._kw_l
+        sg, sw = self._sg_l, self._sw_l
         a0, da, b0, db = self._dec_l[i], self._ddec_l[i], self._dec_l[i + 1], self._ddec_l[i + 1]
-        top = len(kg) - 2
-        j = self._kv_cell(float(kv[0]))
-        nxt = kg[j + 1] if j < top else math.inf
+        top = len(sg) - 2
+        j = self._s_cell(float(kv[0]) / n)
+        nxt = sg[j + 1] if j < top else math.inf
         out: list[int] = []
-        for x in kv:
+        for total in kv:
+            x = float(total) / n
             while x >= nxt:
                 j += 1
-                nxt = kg[j + 1] if j < top else math.inf
-            wk = (float(x) - kg[j]) / kw[j]
+                nxt = sg[j + 1] if j < top else math.inf
+            wk = (x - sg[j]) / sw[j]
             a = a0[j] + wk * da[j]
             b = b0[j] + wk * db[j]
             d = math.floor(a + wn * (b - a) + const + 0.5)
@@ -187,10 +189,11 @@ class AicStepTime:
         return out
 
     def _decode_attn_scalar_us(self, n: int, kv: float) -> float:
-        """Decode attention of ``n`` requests attending ``kv`` KV tokens in all."""
+        """Decode attention of ``n`` requests attending ``kv`` KV tokens in all, ``kv / n`` each."""
         i, wn, _ = self._decode_row(n)
-        j = self._kv_cell(kv)
-        wk = (kv - self._kg_l[j]) / self._kw_l[j]
+        x = kv / n
+        j = self._s_cell(x)
+        wk = (x - self._sg_l[j]) / self._sw_l[j]
         a = self._dec_l[i][j] + wk * self._ddec_l[i][j]
         b = self._dec_l[i + 1][j] + wk * self._ddec_l[i + 1][j]
         return a + wn * (b - a)
@@ -228,16 +231,18 @@ class AicStepTime:
         if n_steps <= _SCALAR_RUN:
             return np.array(self._decode_run_scalar_us(n_decode, kv), dtype=np.int64)
         total = np.arange(kv.start, kv.stop, kv.step, dtype=np.float64)  # exact below 2**53
-        # Piecewise over the cells of the KV grid the run crosses (usually one or two).
-        j, last = self._kv_cell(float(kv[0])), self._kv_cell(float(kv[-1]))
+        total /= n_decode  # context per request, as float(kv) / n in the scalar paths
+        # Piecewise over the cells of the context grid the run crosses (usually one or two).
+        j, last = self._s_cell(float(total[0])), self._s_cell(float(total[-1]))
         if j == last:
             self._decode_cell_us(n_decode, j, total)
         else:
-            start = 0
-            for cell in range(j, last + 1):
-                stop = n_steps if cell == last else bisect_left(kv, self._kg_l[cell + 1])
+            # Where each cell starts, found before the contexts are overwritten in place.
+            cuts = np.searchsorted(total, self._sg_l[j + 1 : last + 1], side="left").tolist()
+            for cell, start, stop in zip(
+                range(j, last + 1), [0, *cuts], [*cuts, n_steps], strict=True
+            ):
                 self._decode_cell_us(n_decode, cell, total[start:stop])
-                start = stop
         # Truncation is floor for x >= 0, and both give 1 after the clamp for x < 0.
         total += 0.5
         out = total.astype(np.int64)
