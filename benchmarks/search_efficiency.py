@@ -72,10 +72,15 @@ TARGET_BUDGET = 0.05
 
 
 def simulator_digest() -> str:
-    """A digest of the simulator's and the scorer's source (a change invalidates the cache)."""
+    """A digest of the simulator's and the scorer's source and the simulator's data files.
+
+    The data files (``dynosim/**/*.yaml``: the shipped calibration profile) change the results
+    as much as the code does; a refit alone must invalidate the cache too.
+    """
     h = hashlib.sha256()
     for pkg in ("dynosim", "search"):
-        for path in sorted((ROOT / pkg).rglob("*.py")):
+        files = [*(ROOT / pkg).rglob("*.py"), *(ROOT / pkg).rglob("*.yaml")]
+        for path in sorted(files):
             if pkg == "search" and path.name not in ("problem.py", "evaluator.py"):
                 continue
             h.update(str(path.relative_to(ROOT)).encode())

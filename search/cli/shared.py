@@ -13,7 +13,7 @@ import contextlib
 import os
 import shlex
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -94,6 +94,22 @@ def group_filter(text: str) -> tuple[str, str, str]:
 def matches(group: tuple[str, str, str, str], want: tuple[str, str, str]) -> bool:
     """Whether a measurement's ``group`` is the one ``want`` (from :func:`group_filter`) names."""
     return all(not w or w == g for w, g in zip(want, group[:3], strict=True))
+
+
+def check_groups(
+    texts: Sequence[str], groups: Sequence[tuple[str, str, str, str]], path: object
+) -> None:
+    """Refuse a ``--group`` that names no row of the file (else it would be silently ignored).
+
+    Raises:
+        DynosimError: the first such ``--group``, with a group the file does have.
+    """
+    for text in texts:
+        want = group_filter(text)
+        if not any(matches(g, want) for g in groups):
+            some = "/".join(groups[0][:3]) if groups else "none"
+            raise DynosimError(f"--group: got {text!r}, which names no row of {path}; allowed: "
+                               f"MODEL/SYSTEM/BACKEND of its rows (e.g. {some})")  # fmt: skip
 
 
 TRACE_SUFFIXES = (".csv", ".jsonl", ".json")

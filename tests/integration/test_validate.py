@@ -122,6 +122,23 @@ def test_inferencex_rows_take_their_recipe_flags() -> None:
     assert plain.engine.max_num_batched_tokens == 8192
 
 
+def test_a_group_that_names_no_row_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mistyped --group beside a good one must not be dropped silently (a fit on fewer groups)."""
+    f = _plain(tmp_path, "Qwen/Qwen3-8B,h200_sxm,vllm,1,1000,64,4,50,10")
+    for cmd in ("validate", "calibrate"):
+        argv = [cmd, str(f), "--group", "Qwen/Qwen3-8B/h200_sxm/vllm", "--group",
+                "Qwen/Qwen3-8B/h200_vllm"]  # fmt: skip
+        if cmd == "calibrate":
+            argv += ["--out", str(tmp_path / "p.yaml")]
+        assert main(argv) != 0
+        err = capsys.readouterr().err
+        assert "--group: got 'Qwen/Qwen3-8B/h200_vllm', which names no row of" in err
+        assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "p.yaml").exists()
+
+
 def test_rows_without_a_client_can_be_replayed_as_either_client_model(tmp_path: Path) -> None:
     """--unrecorded-client: a fixed-length closed loop, or InferenceX's jittered client."""
     f = _plain(tmp_path, "Qwen/Qwen3-8B,h200_sxm,vllm,1,2000,64,16,50,10")

@@ -55,8 +55,9 @@ class FitOptions:
         factor_bounds: ``(low, high)``, the range each fitted kernel factor is kept in
             (:data:`FACTOR_BOUNDS`); ``low <= 1 <= high``.
         synchronous: Fit the overheads of engines without async scheduling
-            (:data:`~.linear.SYNC_PARAMS`) where the rows have such engines, kept only when
-            they make the leave-one-configuration-out error smaller (:func:`~.fit.fit_backend`).
+            (:data:`~.linear.SYNC_PARAMS`) where the rows of two groups or more (model, GPU)
+            have such engines, kept only when they make the leave-one-configuration-out error
+            smaller (:func:`~.fit.fit_backend`).
         per_layer: Fit a step overhead per decoder layer of the model where the rows have
             models of two layer counts or more, on the same condition.
     """

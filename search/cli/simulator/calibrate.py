@@ -25,6 +25,7 @@ import numpy as np
 from dynosim.errors import DynosimError
 from search.cli.shared import (
     add_context_arguments,
+    check_groups,
     group_filter,
     make_console,
     matches,
@@ -84,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
     start = load_profile(args.start)
     wanted = [group_filter(g) for g in args.group]
     every = read_measurements(args.measurements, measurement_context(args))
+    check_groups(args.group, [m.group for m in every], args.measurements)
     rows = [m for m in every if m.refused is None
             and (not wanted or any(matches(m.group, w) for w in wanted))]  # fmt: skip
     if not rows:
@@ -206,8 +208,11 @@ def _extra_lines(fit: Any, cal: Any) -> list[str]:
                                                           "per_token_us")}  # fmt: skip
         out.append(f"  without async scheduling ({n} rows): step + {terms}")
     elif n:
-        out.append(f"  without async scheduling ({n} rows): no overheads of their own "
-                   "(fitted, they predicted the held-out configurations worse)")  # fmt: skip
+        d = fit.design
+        groups = {(m.model, m.gpu) for m, s in zip(d.rows, d.synchronous, strict=True) if s}
+        why = ("fitted, they predicted the held-out configurations worse" if len(groups) > 1
+               else "one group has such rows: no other group could test them")  # fmt: skip
+        out.append(f"  without async scheduling ({n} rows): no overheads of their own ({why})")
     if cal.per_layer_us:
         out.append(f"  per decoder layer of the model: step + {cal.per_layer_us:g} us")
     return out

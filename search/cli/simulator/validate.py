@@ -11,6 +11,7 @@ from typing import Any
 from dynosim.errors import DynosimError
 from search.cli.shared import (
     add_context_arguments,
+    check_groups,
     group_filter,
     make_console,
     matches,
@@ -70,8 +71,9 @@ def run(args: argparse.Namespace) -> int:
     if args.concurrency is not None:
         integer("--concurrency", args.concurrency, 1, MAX_CLIENTS)
     wanted = [group_filter(g) for g in args.group]
-    rows = [m for m in read_measurements(args.measurements, measurement_context(args))
-            if not wanted or any(matches(m.group, w) for w in wanted)]  # fmt: skip
+    every = read_measurements(args.measurements, measurement_context(args))
+    check_groups(args.group, [m.group for m in every], args.measurements)
+    rows = [m for m in every if not wanted or any(matches(m.group, w) for w in wanted)]
     if args.max_rows is not None:
         rows = rows[: args.max_rows]
     if not rows:

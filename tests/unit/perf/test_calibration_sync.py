@@ -121,6 +121,18 @@ def test_fit_recovers_the_synchronous_overheads() -> None:
     assert np.abs(p / d.measured_tpot - 1).max() < 1e-3
 
 
+def test_synchronous_overheads_of_one_group_are_not_fitted() -> None:
+    """Synchronous rows of one model only: a term no other group can test is not tried (it
+    would absorb whatever else that group does), whatever it would gain on that group."""
+    d = _design(np.array([4000.0, 30.0, 0.0]))
+    one = Design(rows=[m if m.model == MODELS[0] else dataclasses.replace(m, engine={})
+                       for m in d.rows], ttft=d.ttft, tpot=d.tpot)  # fmt: skip
+    assert one.synchronous.sum() == 20
+    f = fit_backend(one, "vllm", np.zeros(7), FitOptions(factor_prior=0.0))
+    assert not f.sync.any()
+    assert fit_backend(d, "vllm", np.zeros(7), FitOptions(factor_prior=0.0)).sync.any()
+
+
 def test_fit_without_synchronous_rows_is_unchanged() -> None:
     """No synchronous row: the terms stay 0 and the fit is the one without them."""
     d = _design(np.zeros(3))
