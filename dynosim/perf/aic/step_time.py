@@ -3,6 +3,9 @@
 A step's prefill attention is ``F + sum_i (prefill_us[c_i, p_i] - F)`` with
 ``F = prefill_us[1, 0]``, the kernel-launch floor paid once per step (this tracks
 AIConfigurator's batched attention within ~20%, where summing per request overcounts ~3x).
+A step's decode attention of ``n`` requests attending ``K`` KV tokens in all is
+``decode_us[n, K / n]``: AIConfigurator's uniform batch of ``n`` requests at the mean context
+(its own coordinates; the table is monotone in ``n`` at equal context and in the context).
 Decode-only steps use ``dec_nonattn_us`` when the model has it, else ``nonattn_us``. Values
 beyond a grid's end extrapolate its last segment linearly. AIConfigurator reports kernel time
 only; the backend's framework overhead is added per step.
