@@ -157,9 +157,7 @@ class RooflineStepTime:
         if n_decode <= 0:
             empty = max(1, math.floor(self.overhead.us(0) + 0.5))
             return np.full(n_steps, empty, dtype=np.int64)
-        kv = (decode_kv_tokens + n_decode * np.arange(n_steps, dtype=np.int64)).astype(np.float64)
-        total = kv * self._decode_per_kv + self._decode_const(n_decode)
-        return np.maximum(np.floor(total + 0.5).astype(np.int64), 1)
+        return self.decode_run_float(n_decode, decode_kv_tokens, n_steps).astype(np.int64)
 
     def decode_run_float(self, n_decode: int, decode_kv_tokens: int, n_steps: int) -> F64:
         """:meth:`decode_run_us` as float64, the same values (no int round trip).

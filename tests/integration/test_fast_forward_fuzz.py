@@ -269,10 +269,11 @@ def test_busy_time_is_the_sum_of_step_durations(ff: bool) -> None:
 
 
 def test_disaggregated_aic_step_times_under_kv_pressure() -> None:
-    # The AIC tables' step times (decode runs computed in place across KV-grid cells, a
-    # segment's step ends built only when a sync, a cut or a transfer's arrival reads them) on
-    # 2 prefill + 2 decode workers whose KV pools are small: prefix evictions, preemptions,
-    # and decode segments cut by KV transfers arriving in their middle.
+    # The AIC tables' step times (decode runs computed in place across the cells of the grid
+    # of context per request, a segment's step ends built only when a sync, a cut or a
+    # transfer's arrival reads them) on 2 prefill + 2 decode workers whose KV pools are small:
+    # prefix evictions, preemptions, and decode segments cut by KV transfers arriving in their
+    # middle.
     from dynosim.perf.deployment import resolve_pools
 
     cfg = DeploymentConfig.from_dict(

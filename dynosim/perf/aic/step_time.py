@@ -148,10 +148,10 @@ class AicStepTime:
         """Decode step times (before rounding) of ``n`` requests, in place of the contexts ``x``.
 
         ``x`` holds contexts per request (total KV / ``n``) of cell ``j``. The same IEEE-754
-        operations, in the same order,
-        as :meth:`_decode_attn_scalar_us` plus the attention-free time, element by element
-        (scalars broadcast, no FMA; ``a + d`` is ``d + a``, as IEEE addition commutes); in
-        place, since on arrays of a few hundred steps numpy's cost is per call and allocation.
+        operations, in the same order, as :meth:`_decode_attn_scalar_us` plus the
+        attention-free time, element by element (scalars broadcast, no FMA; ``a + d`` is
+        ``d + a``, as IEEE addition commutes); in place, since on arrays of a few hundred steps
+        numpy's cost is per call and allocation.
         """
         i, wn, const = self._decode_row(n)
         x -= self._sg_l[j]

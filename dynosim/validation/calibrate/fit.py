@@ -317,8 +317,7 @@ def fit_backend(d: Design, backend: str, before: F64, opts: FitOptions) -> Backe
     # leave-one-configuration-out error then only asks it to predict that group's other TP
     # sizes, and it absorbs whatever else that group does (a 32 ms "synchronous" step for the
     # one vLLM 0.12 calibration group, which no engine's scheduling costs). Tried from two.
-    sync_groups = {(m.model, m.gpu) for m, s in zip(d.rows, d.synchronous, strict=True) if s}
-    sync = [False, True] if opts.synchronous and len(sync_groups) > 1 else [False]
+    sync = [False, True] if opts.synchronous and d.synchronous_groups > 1 else [False]
     layer = [False, True] if opts.per_layer and len(set(d.layers.tolist())) > 1 else [False]
     fits = [
         _fit_backend(d, backend, before, opts, own, free=(s,) * n_sync + (y,))

@@ -107,6 +107,16 @@ class Design:
         return np.array([not overlapped(m) for m in self.rows], dtype=bool)
 
     @property
+    def synchronous_groups(self) -> int:
+        """How many groups (model, GPU) have rows without async scheduling.
+
+        The synchronous terms are tried only from two (:func:`~.fit.fit_backend`): from one,
+        no other group could test them.
+        """
+        return len({(m.model, m.gpu) for m, s in zip(self.rows, self.synchronous, strict=True)
+                    if s})  # fmt: skip
+
+    @property
     def layers(self) -> F64:
         """Each row's decoder layers (what the ``per_layer_us`` overhead multiplies).
 

@@ -204,13 +204,13 @@ def _extra_lines(fit: Any, cal: Any) -> list[str]:
     out = []
     n = int(fit.design.synchronous.sum())
     if cal.synchronous is not None:
-        terms = {k: getattr(cal.synchronous, k) for k in ("base_us", "per_request_us",
-                                                          "per_token_us")}  # fmt: skip
+        from dynosim.perf.calibration import SYNC_KEYS
+
+        terms = {k: getattr(cal.synchronous, k) for k in SYNC_KEYS}
         out.append(f"  without async scheduling ({n} rows): step + {terms}")
     elif n:
-        d = fit.design
-        groups = {(m.model, m.gpu) for m, s in zip(d.rows, d.synchronous, strict=True) if s}
-        why = ("fitted, they predicted the held-out configurations worse" if len(groups) > 1
+        why = ("fitted, they predicted the held-out configurations worse"
+               if fit.design.synchronous_groups > 1
                else "one group has such rows: no other group could test them")  # fmt: skip
         out.append(f"  without async scheduling ({n} rows): no overheads of their own ({why})")
     if cal.per_layer_us:
