@@ -22,6 +22,9 @@ version-cancelled simpy event, so requests sent at the same instant are routed i
 whatever order the events that released them ran in. A request that follows another
 (``after_id``: a session's next turn, a closed-loop client's next request) is released when
 that one completes (or is rejected), after its ``delay_s``, and not before its ``arrival_s``.
+A request sent ``after_warmup`` (a benchmark tool's measured phase) is released ``arrival_s``
+after the run's ``warmup_requests``-th completion or rejection, the moment its warm-up phase
+has drained.
 """
 
 from __future__ import annotations
@@ -106,7 +109,8 @@ class Simulation:
         self.host = self._build_host()
         self._streams = self.host is not None and self.host.streams
         self.rec = Recorder(requests, self.pools, self.host)
-        self._heap, self._followers = self._arrival_heap()
+        self._heap, self._followers, self._after_warmup = self._arrival_heap()
+        self._warmup_left = 0  # completions until the warm-up phase has drained (run())
         self._dispatch_at = _NEVER
         self._dispatch_version = 0
         self._open = len(requests)  # requests neither finished nor rejected
@@ -172,17 +176,29 @@ class Simulation:
             self.decode.set_on_tokens(host.on_tokens)
         return host
 
-    def _arrival_heap(self) -> tuple[list[tuple[int, int]], dict[int, list[int]]]:
-        """The heap of ``(arrival, id)`` of the requests that follow none, and the followers."""
+    def _arrival_heap(self) -> tuple[list[tuple[int, int]], dict[int, list[int]], list[int]]:
+        """The ``(arrival, id)`` heap of the requests that follow none, the followers, the held.
+
+        Held: the requests sent once the warm-up phase has drained (``after_warmup``).
+        """
         followers: dict[int, list[int]] = {}
         heap: list[tuple[int, int]] = []
+        held: list[int] = []
         for r in self.requests:
-            if r.after_id is None:
+            if r.after_warmup:
+                held.append(r.id)
+            elif r.after_id is None:
                 heap.append((_us(r.arrival_s / self.speedup), r.id))
             else:
                 followers.setdefault(r.after_id, []).append(r.id)
         heapq.heapify(heap)
-        return heap, followers
+        return heap, followers, held
+
+    def _release_after_warmup(self, now: int) -> None:
+        """Send the requests held for the end of the warm-up phase (it ends at ``now``)."""
+        for rid in self._after_warmup:
+            self._push(now + _us(self.requests[rid].arrival_s / self.speedup), rid)
+        self._after_warmup = []
 
     def _observer(self, sample_interval_s: float | None) -> Observer:
         """The pools' observation tick: at the planner's pace, and the timeline's.
@@ -389,6 +405,10 @@ class Simulation:
             self._monitor.on_finish(rid, shown)
 
     def _release_followers(self, rid: int, now: int) -> None:
+        if self._warmup_left:
+            self._warmup_left -= 1
+            if not self._warmup_left:
+                self._release_after_warmup(now)
         for fid in self._followers.pop(rid, ()):
             f = self.requests[fid]
             k = self.speedup
@@ -399,7 +419,8 @@ class Simulation:
         """Simulate until every request has completed or been rejected.
 
         Args:
-            warmup_requests: The first this many requests to complete are not measured.
+            warmup_requests: The first this many requests to complete are not measured; the
+                requests sent ``after_warmup`` wait for them.
             stop: End the run as soon as one of its SLO rules can no longer be met; the
                 result then says so in ``metrics.early_stop`` and counts only what happened.
         """
@@ -415,6 +436,10 @@ class Simulation:
                 warmup_requests=warmup_requests,
             )
             self._monitor.start()
+        if self._after_warmup:
+            self._warmup_left = min(warmup_requests, len(self.requests) - len(self._after_warmup))
+            if not self._warmup_left:
+                self._release_after_warmup(0)
         if self._heap:
             self._schedule_dispatch(self._heap[0][0])
         self.observer.start()
@@ -441,6 +466,11 @@ def _check_inputs(
             raise ConfigError("requests", f"request at position {i} has id {r.id}", "ids 0..n-1")
         if r.after_id is not None and not 0 <= r.after_id < i:
             raise ConfigError(f"requests[{i}].after_id", r.after_id, f"an id in [0, {i})")
+        if r.after_warmup and r.after_id is not None:
+            raise ConfigError(
+                f"requests[{i}].after_warmup", True, f"false for a request that follows another"
+                f" (after_id {r.after_id})"
+            )  # fmt: skip
     if not (isinstance(speedup, int | float) and 0 < speedup < math.inf):
         raise ConfigError("speedup", speedup, "a finite number > 0")
     if sample_interval_s is not None and not (

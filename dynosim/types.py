@@ -24,6 +24,10 @@ class Request:
         after_id: Id of the request that must complete before this one is sent (the previous
             turn of a session, or the previous request of a closed-loop client), if any.
         delay_s: Think time between the completion of ``after_id`` and this request.
+        after_warmup: Sent only once the warm-up phase has drained (every one of the run's
+            ``warmup_requests`` completed or rejected), ``arrival_s`` after that moment: the
+            first request of a benchmark client's measured phase (:mod:`dynosim.workload.client`).
+            Only for a request that follows none.
     """
 
     id: int
@@ -34,3 +38,4 @@ class Request:
     session_id: int | None = None
     after_id: int | None = None
     delay_s: float = 0.0
+    after_warmup: bool = False

@@ -81,5 +81,6 @@ def assert_workers_empty(sim: Simulation) -> None:
         assert w.kv.used == 0
         assert not w.running
         assert not w.waiting
+        assert not w.inbox
         assert w.incoming == 0
         assert w.incoming_blocks == 0

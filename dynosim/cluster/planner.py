@@ -75,7 +75,7 @@ def sample(pool: WorkerPool, now_us: int) -> PoolSample:
         w.sync(now_us)
         kv += w.kv.used / w.kv.total_blocks
     for w in (*pool.active, *pool.draining.values()):
-        waiting += len(w.waiting) + w.incoming
+        waiting += len(w.waiting) + len(w.inbox) + w.incoming
         running += len(w.running)
     n = len(pool.active)
     return PoolSample(now_us, pool.provisioned, n, waiting, running, kv / n if n else 0.0)

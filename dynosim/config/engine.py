@@ -22,6 +22,7 @@ BACKEND_ENGINE_FIELDS: dict[str, tuple[str, ...]] = {
         "max_prefill_tokens",
         "schedule_policy",
         "schedule_conservativeness",
+        "scheduler_recv_interval",
     ),
     "trtllm": ("capacity_scheduler_policy",),
 }
@@ -46,7 +47,9 @@ class EngineConfig:
       and decode batches alternate), ``max_prefill_tokens`` (16384: prompt tokens admitted per
       prefill batch), ``schedule_policy`` (``fcfs`` | ``lpm``: longest prefix match first),
       ``schedule_conservativeness`` (1.0: scales the output-token reservation that decides
-      admission);
+      admission), ``scheduler_recv_interval`` (1: the scheduler takes the requests the
+      tokenizer sent it at every iteration; ``N``: only after ``N`` decode iterations, at
+      once after a prefill or mixed one, see :mod:`dynosim.engine.policies.sglang`);
     * vLLM: ``async_scheduling`` (``--async-scheduling`` / ``--no-async-scheduling``; default
       on since vLLM 0.14.0, whose release notes say "Async scheduling is now enabled by
       default", PR vllm-project/vllm#27614; off in earlier releases unless the flag is given).
@@ -70,6 +73,7 @@ class EngineConfig:
     max_prefill_tokens: int | None = None
     schedule_policy: SchedulePolicy | None = None
     schedule_conservativeness: float | None = None
+    scheduler_recv_interval: int | None = None
     capacity_scheduler_policy: CapacityPolicy | None = None
     async_scheduling: bool | None = None
 
@@ -90,6 +94,8 @@ class EngineConfig:
             choice("engine.schedule_policy", self.schedule_policy, get_args(SchedulePolicy))
         if self.schedule_conservativeness is not None:
             number("engine.schedule_conservativeness", self.schedule_conservativeness, 0, 100)
+        if self.scheduler_recv_interval is not None:
+            integer("engine.scheduler_recv_interval", self.scheduler_recv_interval, 1, 1 << 20)
         if self.capacity_scheduler_policy is not None:
             choice(
                 "engine.capacity_scheduler_policy",

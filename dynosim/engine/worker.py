@@ -56,7 +56,9 @@ class EngineWorker(Batch):
     * :meth:`_setup`: read the policy's own engine settings, once, at the end of ``__init__``;
     * :meth:`on_idle`: the worker ran out of work;
     * :meth:`_admissible_after`: where a decode-only segment must be cut because the waiting
-      head may become admissible during it (only when admission can change without a finish).
+      head may become admissible during it (only when admission can change without a finish);
+    * :meth:`_received_after`: where it must be cut because the scheduler receives the
+      requests of :attr:`inbox` there (a policy that does not receive at every iteration).
 
     and forms steps with the helpers of :class:`~dynosim.engine.batch.Batch`, which keep the
     queue, the decode aggregate and the KV blocks consistent (``_prefix_hit``, ``_pinned``,
@@ -112,6 +114,9 @@ class EngineWorker(Batch):
         self.steps = 0
         self.events = 0
         self.busy_us = 0
+        # Requests routed here that the scheduler has not received yet (a policy that receives
+        # only at some iterations: SGLang's scheduler_recv_interval).
+        self.inbox: list[RunningRequest] = []
         # Requests routed here whose KV is still crossing the link (disaggregated serving).
         self.incoming = 0
         self.incoming_blocks = 0
@@ -135,8 +140,8 @@ class EngineWorker(Batch):
     # ----------------------------------------------------------------- views for the router
     @property
     def outstanding(self) -> int:
-        """Requests routed here and not finished (those still in KV transfer count too)."""
-        return len(self.running) + len(self.waiting) + self.incoming
+        """Requests routed here and not finished (in KV transfer or not yet received too)."""
+        return len(self.running) + len(self.waiting) + len(self.inbox) + self.incoming
 
     @property
     def pending_prefill_blocks(self) -> float:
@@ -306,6 +311,8 @@ class EngineWorker(Batch):
                 k = bisect_right(range(k), cap, key=self._demand)  # demand is monotone
             if k > 1 and self.waiting:
                 k = self._admissible_after(k)
+            if k > 1 and self.inbox:
+                k = self._received_after(k)
         # The step ends are built only when read (a sync or a cut inside the segment, a host
         # told the tokens): most segments run to their end unread, and need only the sum.
         durs = self.timing.decode_run_us(n, kv_tokens, k)
@@ -336,6 +343,14 @@ class EngineWorker(Batch):
         """
         return k
 
+    def _received_after(self, k: int) -> int:
+        """Steps of a ``k``-step segment to run before the scheduler receives its inbox.
+
+        Only a policy that fills :attr:`inbox` (receives requests at some iterations only)
+        overrides it.
+        """
+        return k
+
     def _demand(self, m: int) -> int:
         """New KV blocks of the ``m`` decode steps after the segment's first.
 
@@ -356,13 +371,15 @@ class EngineWorker(Batch):
 
     def _cut(self, now: int) -> None:
         """End the segment at the first step boundary strictly after ``now``."""
-        ends = self._ends()
-        j = bisect_right(ends, now)
-        if j + 1 < self._seg_steps:
-            self._seg_steps = j + 1
-            if self._seg_applied > j:
+        self._cut_to(bisect_right(self._ends(), now) + 1)
+
+    def _cut_to(self, steps: int) -> None:
+        """End the segment after its first ``steps`` steps (nothing if it has no more)."""
+        if steps < self._seg_steps:
+            self._seg_steps = steps
+            if self._seg_applied >= steps:
                 self._sync_at = _NEVER
-            self._schedule(ends[j])
+            self._schedule(self._ends()[steps - 1])
 
     def _apply_allocations(self, started: int) -> None:
         """Allocate the new blocks of segment steps up to ``started`` (step 0 already is)."""

@@ -93,7 +93,10 @@ def recipe_engine(m: Measurement) -> dict[str, Any]:
     true`` into their config); TRT-LLM with ``max_num_tokens = max(8192, round_up_64(c + ISL
     + 64))`` and no KV block reuse. SGLang recipes set
     ``--chunked-prefill-size``, ``--max-running-requests`` and ``--disable-radix-cache``, whose
-    values are not recorded in the rows: only the radix cache is turned off.
+    values are not recorded in the rows: only the radix cache is turned off. Their DeepSeek-R1
+    recipes on B200 and B300 (``dsr1_fp8_b200.sh``, ``dsr1_fp4_b200.sh``, ``dsr1_fp8_b300.sh``,
+    ``dsr1_fp4_b300.sh``, unchanged in this since 2025-09) also pass ``--scheduler-recv-interval
+    30`` at concurrency >= 16 and 10 below (10 for the FP8 TP4 variant; 1 with DP attention).
     """
     if m.client != "inferencex":
         return {}
@@ -104,7 +107,21 @@ def recipe_engine(m: Measurement) -> dict[str, Any]:
     if m.backend == "trtllm":
         tokens = max(8192, -(-(m.concurrency + m.isl + 64) // 64) * 64)
         return {"max_num_batched_tokens": tokens, "enable_prefix_caching": False}
-    return {"enable_prefix_caching": False}
+    recipe: dict[str, Any] = {"enable_prefix_caching": False}
+    if _dsr1_sglang_recipe(m) and m.attention_dp == 1:
+        small = m.concurrency < 16 or (m.tp == 4 and m.dtype == "fp8")
+        recipe["scheduler_recv_interval"] = 10 if small else 30
+    return recipe
+
+
+def _dsr1_sglang_recipe(m: Measurement) -> bool:
+    """Whether an aggregated InferenceX SGLang row ran a DeepSeek-R1 B200/B300 recipe."""
+    return (
+        m.pools is None
+        and m.backend == "sglang"
+        and m.gpu in ("b200_sxm", "b300_sxm")
+        and m.model.split("/")[-1].startswith("DeepSeek-R1")
+    )
 
 
 def overlapped(m: Measurement) -> bool:

@@ -32,9 +32,18 @@ uniform in ``send_overhead_s +- send_jitter_s``) model it: every request, the fi
 are 0 by default (no tool documents a figure; set them from a measurement of the harness);
 the gaps are drawn from ``seed`` by their own stream, so the lengths do not change with them.
 
-Warm-up requests are the first requests of the workload (ids 0..warmups-1) and are sent first,
-by the same clients; the simulation leaves the first ``warmups`` to complete out of its
-metrics.
+Warm-up requests are the first requests of the workload (ids 0..warmups-1), sent first by the
+same ``c`` clients, and they are a phase of their own: every tool waits for the last warm-up
+response before it starts the measured run, which then begins as a run from scratch, its ``c``
+first requests at once (InferenceX's ``benchmark_serving.py`` ``benchmark()``: ``await
+asyncio.gather(*warmup_tasks)``, "Warmup completed.", then "Starting main benchmark run..."
+with a new semaphore; vLLM ``benchmarks/serve.py`` likewise; AIPerf's guide "Warmup Phase
+Configuration", Grace Period: "By default, AIPerf waits indefinitely for all warmup responses
+before starting profiling").
+So warm-ups do not spare the measured means the first wave of ``c`` simultaneous prompts; they
+only warm what the engine keeps (the prefix cache holds the first prompt, which they copy).
+The measured phase's first requests are sent ``after_warmup``; the simulation leaves the
+first ``warmups`` to complete out of its metrics.
 
 How each tool reports latencies differs (which requests a mean covers, per-request TPOT vs
 token-weighted ITL); :mod:`dynosim.validation.client_metrics` computes each tool's figures from
@@ -166,10 +175,12 @@ class ClientWorkload:
 def client_requests(client: BenchmarkClient) -> list[Request]:
     """The requests ``client`` sends: warm-ups (copies of the first prompt), then the measured.
 
-    Request ``k`` is sent by client ``k % concurrency``: the first ``concurrency`` requests at
-    ``ramp_up_s * i / concurrency`` (0 by default), each later one as soon as its client's
-    previous one completes (``after_id``), each sent a gap uniform in ``send_overhead_s +-
-    send_jitter_s`` later (first requests: added to their start; later ones: ``delay_s``).
+    Each phase (warm-up, measured) runs its own closed loop of ``concurrency`` clients: its
+    first ``concurrency`` requests at ``ramp_up_s * i / concurrency`` (0 by default) from the
+    phase's start (the measured phase's: ``after_warmup``), each later one as soon as its
+    client's previous one of the phase completes (``after_id``), each sent a gap uniform in
+    ``send_overhead_s +- send_jitter_s`` later (first requests: added to their start; later
+    ones: ``delay_s``).
     Lengths are ``round(uniform(ratio, 1) * nominal)`` (at least 1), drawn from ``seed``.
     Every prompt has its own hash ids (no shared prefix)
     except the warm-up copies, which repeat the first measured prompt's.
@@ -197,16 +208,19 @@ def client_requests(client: BenchmarkClient) -> list[Request]:
         else:
             hashes = tuple(range(next_hash, next_hash + units))
             next_hash += units
-        first = k < c
+        # a phase's first c requests follow none (the measured ones wait for the warm-ups)
+        phase_k = k if k < n_warm else m
+        first = phase_k < c
         out.append(
             Request(
                 id=k,
-                arrival_s=client.ramp_up_s * k / c + gaps[k] if first else 0.0,
+                arrival_s=client.ramp_up_s * phase_k / c + gaps[k] if first else 0.0,
                 delay_s=0.0 if first else gaps[k],
                 input_tokens=isl[0 if k < n_warm else m],
                 output_tokens=osl[0 if k < n_warm else m],
                 block_hashes=hashes,
                 after_id=None if first else k - c,
+                after_warmup=first and k >= n_warm > 0,
             )
         )
     return out

@@ -78,9 +78,8 @@ class RequestColumns:
         hashes = self.hashes.tolist()
         offsets = self.hash_offsets.tolist()
         new = object.__new__
-        set_id, set_arrival, set_in, set_out, set_hashes, set_session, set_after, set_delay = (
-            _SETTERS
-        )
+        (set_id, set_arrival, set_in, set_out, set_hashes, set_session, set_after, set_delay,
+         set_warm) = _SETTERS  # fmt: skip
         out: list[Request] = []
         append = out.append
         for i, (arrival, ins, outs, sid, after, delay) in enumerate(
@@ -103,6 +102,7 @@ class RequestColumns:
             set_session(r, None if sid < 0 else sid)
             set_after(r, None if after < 0 else after)
             set_delay(r, delay)
+            set_warm(r, False)  # a trace has no warm-up phase
             append(r)
         return out
 
@@ -116,6 +116,7 @@ _FIELDS = (
     "session_id",
     "after_id",
     "delay_s",
+    "after_warmup",
 )
 if tuple(f.name for f in fields(Request)) != _FIELDS or hasattr(Request, "__post_init__"):
     raise TypeError("Request's fields changed: update columns._FIELDS and RequestColumns.requests")

@@ -194,6 +194,8 @@ def sglang_flags(cfg: DeploymentConfig, _yaml: str) -> tuple[list[str], list[str
         flags += ["--schedule-policy", e.schedule_policy]
     if e.schedule_conservativeness is not None:
         flags += ["--schedule-conservativeness", num(e.schedule_conservativeness)]
+    if e.scheduler_recv_interval is not None:
+        flags += ["--scheduler-recv-interval", str(e.scheduler_recv_interval)]
     flags += ["--page-size", str(e.block_size)]
     if not e.enable_prefix_caching:
         flags.append("--disable-radix-cache")

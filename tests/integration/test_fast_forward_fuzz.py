@@ -30,6 +30,7 @@ from dynosim import DeploymentConfig, Request, Simulation
 from dynosim.perf.deployment import DeploymentPerf
 from dynosim.perf.linear import LinearStepTime
 from dynosim.simulation import SimResult
+from dynosim.workload.client import BenchmarkClient, client_requests
 from tests.conftest import assert_workers_empty, make_requests
 
 
@@ -40,6 +41,7 @@ def _run(
     ff: bool,
     *,
     timelines: list[object] | None = None,
+    warmup: int = 0,
 ) -> tuple[SimResult, list[int]]:
     """The result and each worker's ``busy_us`` (``timelines`` gets each pool's GPU changes)."""
     blocks = kv_blocks if isinstance(kv_blocks, dict) else {n: kv_blocks for n, _ in cfg.pools()}
@@ -49,7 +51,7 @@ def _run(
         for name, _ in cfg.pools()
     }  # fmt: skip
     sim = Simulation(cfg, reqs, fast_forward=ff, perf=perf)
-    res = sim.run()
+    res = sim.run(warmup_requests=warmup)
     assert_workers_empty(sim)
     for w in sim.workers:
         assert 0 <= w.busy_us <= sim.env.now
@@ -98,12 +100,15 @@ def _case(n: int, *, chunked: bool | None = None) -> tuple[DeploymentConfig, lis
 
 
 def _check(
-    cfg: DeploymentConfig, reqs: list[Request], kv_blocks: int | dict[str, int]
+    cfg: DeploymentConfig,
+    reqs: list[Request],
+    kv_blocks: int | dict[str, int],
+    warmup: int = 0,
 ) -> SimResult:
     fast_tl: list[object] = []
     slow_tl: list[object] = []
-    fast, fast_busy = _run(cfg, reqs, kv_blocks, ff=True, timelines=fast_tl)
-    slow, slow_busy = _run(cfg, reqs, kv_blocks, ff=False, timelines=slow_tl)
+    fast, fast_busy = _run(cfg, reqs, kv_blocks, ff=True, timelines=fast_tl, warmup=warmup)
+    slow, slow_busy = _run(cfg, reqs, kv_blocks, ff=False, timelines=slow_tl, warmup=warmup)
     assert fast.records.equal(slow.records)
     assert fast_busy == slow_busy
     assert fast_tl == slow_tl
@@ -245,6 +250,26 @@ def test_fast_forward_equals_stepping_with_pools_transfers_and_planners(start: i
 def test_fast_forward_equals_stepping(start: int) -> None:
     for n in range(start, start + 40):
         _check(*_case(n))
+
+
+@pytest.mark.parametrize("name", ["inferencex", "aiperf"])
+def test_fast_forward_equals_stepping_for_benchmark_clients_with_warmup_phases(name: str) -> None:
+    # warm-ups, then a measured phase released at once when they drain (after_warmup), with
+    # send gaps, on random engines and small KV pools (some reject the prompts outright)
+    completed = 0
+    for n in range(12):
+        r = random.Random(n)
+        cfg, _, kv = _case(n)
+        c = r.choice([2, 5, 16])
+        client = BenchmarkClient(
+            name=name, concurrency=c, isl=r.choice([64, 700]), osl=r.choice([3, 40]),
+            requests=4 * c, warmups=r.choice([1, c, 2 * c]), seed=n,
+            send_overhead_s=r.choice([0.0, 0.002]), send_jitter_s=0.0,
+        )  # fmt: skip
+        reqs = client_requests(client)
+        res = _check(cfg, reqs, kv, warmup=client.warmup_count)
+        completed += res.metrics.completed_requests
+    assert completed > 0
 
 
 def test_preempted_requests_recompute_with_chunked_prefill_off() -> None:

@@ -82,6 +82,7 @@ def _policy_variant(n: int) -> tuple[DeploymentConfig, list[Request], int]:
             max_prefill_tokens=r.choice([None, engine.max_num_batched_tokens, 300]),
             schedule_policy=r.choice(["fcfs", "lpm"]),
             schedule_conservativeness=r.choice([None, 0.3, 1.0, 2.0]),
+            scheduler_recv_interval=r.choice([None, None, 2, 7, 30]),
         )
     else:
         engine = replace(
@@ -208,6 +209,34 @@ def test_sglang_reservation_holds_back_admission() -> None:
     # the second needs its prompt and output, the first's output is reserved at 0.7
     assert 512 + min(out, CLIP_MAX_NEW_TOKENS) + 0.7 * out > blocks * 16 - 512
     assert seq["sglang"][1] > seq["sglang"][0] + 10 * 5000  # SGLang waits for decode progress
+
+
+@pytest.mark.parametrize(
+    ("interval", "osl", "ttft_us"),
+    [(1, 50, 1500), (3, 50, 2500), (5, 50, 4500), (30, 3, 1500)],
+)
+@pytest.mark.parametrize("ff", [True, False])
+def test_sglang_receives_new_requests_every_interval_decode_steps(
+    interval: int, osl: int, ttft_us: int, ff: bool
+) -> None:
+    # Every step takes 1 ms. A arrives at 0 on an idle engine (received at once): its
+    # prefill runs [0, 1] ms, then decode steps end at 2, 3, 4, ... ms. The prefill step
+    # makes the next iteration receive (counter reset to 0 at 1 ms); each decode step adds
+    # 1. B arrives at 2.5 ms (during the second decode step): it is received at the first
+    # boundary where the counter reaches the interval (3, 4, 6 ms for 1, 3, 5), and
+    # prefilled alone in the next 1 ms. With A done at 3 ms (3 tokens) the engine has
+    # nothing to run and receives at once, whatever the interval.
+    timing = LinearStepTime(base_us=1000.0, per_token_us=0.0, per_kv_token_us=0.0,
+                            per_seq_us=0.0)  # fmt: skip
+    cfg = _cfg("sglang", scheduler_recv_interval=interval)
+    a = Request(id=0, arrival_s=0.0, input_tokens=100, output_tokens=osl)
+    b = Request(id=1, arrival_s=0.0025, input_tokens=100, output_tokens=2)
+    perf = DeploymentPerf(timing, 10_000, gpu_hour_usd=1.0)
+    sim = Simulation(cfg, [a, b], perf=perf, fast_forward=ff)
+    rec = sim.run().records
+    assert_workers_empty(sim)
+    assert rec.first_token_us[0] == 1000
+    assert int(rec.first_token_us[1] - rec.arrival_us[1]) == ttft_us
 
 
 def test_sglang_lpm_serves_the_cached_prefix_first() -> None:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from dynosim import Request, Simulation
+from dynosim.errors import ConfigError
 from dynosim.perf.deployment import DeploymentPerf
 from dynosim.perf.linear import LinearStepTime
 from tests.conftest import assert_workers_empty, make_requests, tiny_config
@@ -90,6 +91,24 @@ def test_session_turn_waits_for_previous_turn_plus_delay() -> None:
     rec = res.records
     assert rec.arrival_us[1] == rec.finish_us[0] + 2_500_000
     assert rec.cached_tokens[1] == 512  # first unit was computed fully by turn 1
+
+
+def test_after_warmup_waits_for_the_warmups_and_refuses_a_follower() -> None:
+    # two warm-ups of unequal length; the measured request is sent 0.5 s after the later one
+    warm = [Request(id=i, arrival_s=0.0, input_tokens=100, output_tokens=n)
+            for i, n in enumerate((5, 40))]  # fmt: skip
+    measured = Request(id=2, arrival_s=0.5, input_tokens=100, output_tokens=5, after_warmup=True)
+    perf = DeploymentPerf(LinearStepTime(), 20_000, gpu_hour_usd=2.0)
+    sim = Simulation(tiny_config(workers=1), [*warm, measured], perf=perf)
+    rec = sim.run(warmup_requests=2).records
+    assert rec.arrival_us[2] == rec.finish_us[1] + 500_000 > rec.finish_us[0] + 500_000
+    # without warm-ups it is sent at its arrival_s from the start
+    rec = Simulation(tiny_config(workers=1), [*warm, measured], perf=perf).run().records
+    assert rec.arrival_us[2] == 500_000
+    bad = Request(id=2, arrival_s=0.0, input_tokens=1, output_tokens=1, after_id=0,
+                  after_warmup=True)  # fmt: skip
+    with pytest.raises(ConfigError, match=r"requests\[2\]\.after_warmup"):
+        Simulation(tiny_config(workers=1), [*warm, bad], perf=perf)
 
 
 def test_md1_queue_matches_pollaczek_khinchine() -> None:

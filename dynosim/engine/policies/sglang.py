@@ -31,9 +31,25 @@ fast-forward see the same bits.
 
 The radix cache is matched at the workload's hash-block granularity (as for every backend);
 ``block_size`` is SGLang's ``page_size`` (1-512).
+
+``scheduler_recv_interval`` (``--scheduler-recv-interval``, default 1): the scheduler takes
+the requests the tokenizer sent it (``recv_requests``) only when a counter reaches the
+interval. Each iteration adds the weight of the batch it ran before: 1 for a decode batch,
+1000 for any other (a prefill or mixed batch: the next iteration receives), 1 with no batch
+(``SchedulerRecvSkipper``, ``sglang/srt/managers/scheduler_recv_skipper.py``: ``_DEFAULT_WEIGHT
+= 1000``, ``ForwardMode.DECODE: 1``, ``None: 1``); receiving resets it to 0. So while the
+engine only decodes, a new request waits in the socket up to ``interval`` decode steps
+(InferenceX's DeepSeek-R1 SGLang recipes pass 30 at concurrency >= 16: "relax to ~30
+requests between scheduler recv polls"). An engine with nothing to run loops without a batch
+in microseconds, so it receives at once; so does an idle one woken by a request. Requests
+routed here and not yet received wait in :attr:`inbox` (routers and the planner count them);
+a fast-forwarded decode segment ends at the boundary where they are received, as stepping
+would receive them.
 """
 
 from __future__ import annotations
+
+from bisect import bisect_right
 
 import numpy as np
 
@@ -49,6 +65,8 @@ NEW_TOKEN_RATIO_DECAY_STEPS = 600
 RETRACT_DECODE_STEPS = 20
 LPM_FALLBACK_QUEUE = 128
 DEFAULT_MAX_PREFILL_TOKENS = 16384
+RECV_WEIGHT_NOT_DECODE = 1000
+"""What a prefill or mixed batch adds to the receive counter (``_DEFAULT_WEIGHT``)."""
 
 
 class SglangWorker(EngineWorker):
@@ -67,6 +85,9 @@ class SglangWorker(EngineWorker):
         self._ratio_base = self.init_ratio
         self._ratio_from = 0  # decode_steps when the ratio was last reset
         self.retractions = 0
+        self.recv_interval = engine.scheduler_recv_interval or 1
+        self._recv_count = 0  # the receive counter after the last iteration formed
+        self._idle = True  # no batch ran since the engine was last idle
 
     # ------------------------------------------------------------- new_token_ratio
     @property
@@ -79,6 +100,49 @@ class SglangWorker(EngineWorker):
         """An idle SGLang scheduler resets ``new_token_ratio`` (``self_check_during_idle``)."""
         self._ratio_base = self.init_ratio
         self._ratio_from = self.decode_steps
+        self._idle = True
+
+    # ------------------------------------------------------------------- receiving
+    def enqueue(self, rr: RunningRequest, now_us: int) -> None:
+        """A busy engine with a receive interval holds the request until it receives."""
+        if self.recv_interval == 1 or not self.busy:
+            super().enqueue(rr, now_us)
+            return
+        self.touch()
+        rr.enqueued_us = now_us
+        self.inbox.append(rr)
+        self.pending_prefill += rr.target - rr.remote
+        if self._seg_steps > 1:  # end the segment where this iteration count receives
+            first = bisect_right(self._ends(), now_us) + 1
+            self._cut_to(first + (-(self._recv_count + first)) % self.recv_interval)
+
+    def _receive(self) -> None:
+        """Advance the receive counter by the iterations since the last one formed; receive.
+
+        A decode segment of ``k`` steps received (nothing) at every multiple of the interval
+        it passed, so only the remainder is left.
+        """
+        t = self.recv_interval
+        if self._idle:
+            received = True
+        elif self._step_prefill:
+            self._recv_count += RECV_WEIGHT_NOT_DECODE
+            received = self._recv_count >= t
+        else:
+            self._recv_count = (self._recv_count + self._seg_steps) % t
+            received = self._recv_count == 0
+        self._idle = False
+        if not received and not (self.waiting or self.prefilling or self.n_decode):
+            received = True  # no batch to run: the loop spins to the next receive at once
+        if received:
+            self._recv_count = 0
+            if self.inbox:
+                self.waiting.extend(self.inbox)
+                self.inbox.clear()
+
+    def _received_after(self, k: int) -> int:
+        """A decode segment with requests in the inbox ends where they are received."""
+        return min(k, self.recv_interval - self._recv_count)
 
     def _reserved_tokens(self) -> int:
         """Sum over decoding requests of ``min(remaining output, 4096)``."""
@@ -92,6 +156,11 @@ class SglangWorker(EngineWorker):
 
     # ------------------------------------------------------------------- stepping
     def _start_step(self, now: int) -> None:
+        if self.recv_interval > 1:
+            self._receive()
+        self._form_step(now)
+
+    def _form_step(self, now: int) -> None:
         kv = self.kv
         step_prefill: list[tuple[RunningRequest, int]] = []
         shapes: list[tuple[int, int]] = []
@@ -111,7 +180,7 @@ class SglangWorker(EngineWorker):
         if self.mixed and not retracted:
             self._prefill_batch(now, step_prefill, shapes)
         elif retracted and not self.n_decode:  # everything was retracted: prefill again
-            self._start_step(now)
+            self._form_step(now)
             return
         self._launch(now, step_prefill, shapes, decodes=True, single=retracted)
 

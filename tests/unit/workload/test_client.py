@@ -42,10 +42,16 @@ def test_inferencex_defaults_and_warmup_copies() -> None:
     assert osl.max() <= 100
     hashes = [h for r in measured for h in r.block_hashes]
     assert len(hashes) == len(set(hashes))  # no shared prefix among measured prompts
-    # closed loop: the first 4 start at once, every later one follows its client's previous
+    # two closed loops: the warm-ups' (4 at once, then each follows its client's previous)
+    # and the measured phase's, whose first 4 wait for the warm-up phase to drain
     assert [r.after_id for r in reqs[:4]] == [None] * 4
     assert all(r.arrival_s == 0.0 for r in reqs[:4])
-    assert [r.after_id for r in reqs[4:9]] == [0, 1, 2, 3, 4]
+    assert [r.after_id for r in reqs[4:8]] == [0, 1, 2, 3]
+    assert [(r.after_id, r.after_warmup, r.arrival_s) for r in reqs[8:12]] == [
+        (None, True, 0.0)
+    ] * 4
+    assert [r.after_id for r in reqs[12:14]] == [8, 9]
+    assert not any(r.after_warmup for r in reqs[:8] + reqs[12:])
 
 
 def test_seeded_and_reproducible() -> None:
@@ -89,6 +95,27 @@ def test_two_clients_on_a_linear_engine_give_the_hand_computed_schedule() -> Non
     assert rec.arrival_us[2] == rec.finish_us[0]
     assert rec.arrival_us[3] == rec.finish_us[1]
     assert (rec.finish_us > 0).all()
+
+
+def test_measured_phase_starts_when_the_last_warmup_completes() -> None:
+    # 2 clients, 2 warm-ups then 4 measured requests (100 prompt tokens, 3 output tokens) on
+    # the linear engine of the test above. The warm-ups share a first step (5,070 us) and
+    # complete together; the measured phase then starts from an empty engine, its two first
+    # requests at that instant (not each as its own client's warm-up completes), so they see
+    # exactly the warm-ups' schedule shifted by the warm-up phase's end.
+    c = BenchmarkClient(name="vllm-bench", concurrency=2, isl=100, osl=3, requests=4, warmups=2)
+    cfg = DeploymentConfig.from_dict({"model": "x", "gpu": "h200_sxm", "workers": 1})
+    perf = DeploymentPerf(LinearStepTime(), 10_000, gpu_hour_usd=1.0)
+    rec = Simulation(cfg, client_requests(c), perf=perf).run(warmup_requests=2).records
+    end = int(rec.finish_us[:2].max())
+    assert rec.arrival_us[2:4].tolist() == [end, end]
+    ttft = rec.first_token_us - rec.arrival_us
+    assert ttft[:4].tolist() == [5070] * 4
+    assert (rec.finish_us[2:4] - end).tolist() == rec.finish_us[:2].tolist()
+    # a warm-up that finishes late holds the whole measured phase: one warm-up of 30 tokens
+    slow = [replace(r, output_tokens=30) if r.id == 1 else r for r in client_requests(c)]
+    rec = Simulation(cfg, slow, perf=perf).run(warmup_requests=2).records
+    assert rec.arrival_us[2] == rec.arrival_us[3] == rec.finish_us[1] > rec.finish_us[0]
 
 
 def _records(ttft_us: list[int], decode_us: list[int], osl: list[int]) -> RequestRecords:
