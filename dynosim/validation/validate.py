@@ -93,10 +93,9 @@ def recipe_engine(m: Measurement) -> dict[str, Any]:
     true`` into their config); TRT-LLM with ``max_num_tokens = max(8192, round_up_64(c + ISL
     + 64))`` and no KV block reuse. SGLang recipes set
     ``--chunked-prefill-size``, ``--max-running-requests`` and ``--disable-radix-cache``, whose
-    values are not recorded in the rows: only the radix cache is turned off. Their DeepSeek-R1
-    recipes on B200 and B300 (``dsr1_fp8_b200.sh``, ``dsr1_fp4_b200.sh``, ``dsr1_fp8_b300.sh``,
-    ``dsr1_fp4_b300.sh``, unchanged in this since 2025-09) also pass ``--scheduler-recv-interval
-    30`` at concurrency >= 16 and 10 below (10 for the FP8 TP4 variant; 1 with DP attention).
+    values are not recorded in the rows: only the radix cache is turned off. Their recipes for
+    DeepSeek-R1 and Qwen3.5 on B200 and B300 also pass ``--scheduler-recv-interval``
+    (:func:`_sglang_recv_interval`).
     """
     if m.client != "inferencex":
         return {}
@@ -108,20 +107,34 @@ def recipe_engine(m: Measurement) -> dict[str, Any]:
         tokens = max(8192, -(-(m.concurrency + m.isl + 64) // 64) * 64)
         return {"max_num_batched_tokens": tokens, "enable_prefix_caching": False}
     recipe: dict[str, Any] = {"enable_prefix_caching": False}
-    if _dsr1_sglang_recipe(m) and m.attention_dp == 1:
-        small = m.concurrency < 16 or (m.tp == 4 and m.dtype == "fp8")
-        recipe["scheduler_recv_interval"] = 10 if small else 30
+    interval = _sglang_recv_interval(m)
+    if interval is not None:
+        recipe["scheduler_recv_interval"] = interval
     return recipe
 
 
-def _dsr1_sglang_recipe(m: Measurement) -> bool:
-    """Whether an aggregated InferenceX SGLang row ran a DeepSeek-R1 B200/B300 recipe."""
-    return (
-        m.pools is None
-        and m.backend == "sglang"
-        and m.gpu in ("b200_sxm", "b300_sxm")
-        and m.model.split("/")[-1].startswith("DeepSeek-R1")
-    )
+def _sglang_recv_interval(m: Measurement) -> int | None:
+    """The ``--scheduler-recv-interval`` of an aggregated InferenceX SGLang row's recipe.
+
+    InferenceX's single-node DeepSeek-R1 recipes on B200 and B300 (``dsr1_fp8_b200.sh``,
+    ``dsr1_fp4_b200.sh``, ``dsr1_fp8_b300.sh``, ``dsr1_fp4_b300.sh``, the same rule since
+    2025-09) and its Qwen3.5 ones of 2026-03 and 2026-04 (``qwen3.5_bf16_b200.sh``,
+    ``qwen3.5_fp8_b200.sh``, ``qwen3.5_bf16_b300.sh``) pass 30 at concurrency >= 16 and 10
+    below ("relax to ~30 requests between scheduler recv polls"); the FP8 DeepSeek-R1 TP4
+    variant 10 at any concurrency; none with DP attention (1). Their H200 recipes pass none
+    (None: SGLang's default, 1). Other rows: None.
+    """
+    name = m.model.split("/")[-1]
+    if (
+        m.pools is not None
+        or m.backend != "sglang"
+        or m.gpu not in ("b200_sxm", "b300_sxm")
+        or m.attention_dp != 1
+        or not name.startswith(("DeepSeek-R1", "Qwen3.5-"))
+    ):
+        return None
+    r1_tp4 = name.startswith("DeepSeek-R1") and m.tp == 4 and m.dtype == "fp8"
+    return 10 if m.concurrency < 16 or r1_tp4 else 30
 
 
 def overlapped(m: Measurement) -> bool:
