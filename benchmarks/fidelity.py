@@ -17,7 +17,11 @@ and the pooled figures are given with and without them): rows whose step times a
 AIConfigurator estimates (the replay raises
 :class:`~dynosim.perf.aic.EstimatedTimingWarning`, HYBRID database mode) and rows of an
 architecture the step-time model does not time as measured (hybrid linear attention: a model
-with Gated DeltaNet layers).
+with Gated DeltaNet layers). Held-out rows that are copies of a calibration row (the same GPU,
+backend, parallelism, lengths, concurrency and measured TTFT and TPOT under another model
+name: InferenceX's dumps name its DeepSeek-R1 runs DeepSeek-V3, so 97 DeepSeek-V3 B200 SGLang
+rows and 65 DeepSeek-R1 B200 TRT-LLM rows repeat calibration rows) are held out by name only:
+they have a slice of their own, and the held-out pooled figures are given without them too.
 
 Run (2 worker processes; the AIC tables come from ``~/.cache/dynosim``)::
 
@@ -33,6 +37,7 @@ rows are replayed independently (a fixed seed per row) and reduced in file order
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import multiprocessing
@@ -176,6 +181,30 @@ def _stats(pairs: Iterable[tuple[Measurement, Outcome]]) -> dict[str, Any]:
     return out
 
 
+def _row_key(m: Measurement) -> tuple[object, ...]:
+    """What identifies a measurement whatever its model is called."""
+    return (m.gpu, m.backend, m.mode, m.tp, m.ep, m.moe_tp, m.attention_dp, m.isl, m.osl,
+            m.concurrency, m.ttft_ms, m.tpot_ms)  # fmt: skip
+
+
+def _in_calibration(m: Measurement) -> bool:
+    return m.mode == "agg" and (m.model, m.gpu, m.backend) in CALIBRATION_GROUPS
+
+
+@functools.cache
+def _calibration_keys() -> frozenset[tuple[object, ...]]:
+    """The keys of every calibration row of the file (read once)."""
+    rows = read_measurements(silicon_csv())
+    return frozenset(_row_key(m) for m in rows if _in_calibration(m))
+
+
+def copy_of_calibration(m: Measurement) -> str:
+    """``copy of a calibration row`` for a held-out row that repeats one ("" otherwise)."""
+    if _in_calibration(m) or _row_key(m) not in _calibration_keys():
+        return ""
+    return "copy of a calibration row"
+
+
 def _gen(m: Measurement) -> str:
     return gpu_generation(m.gpu) or m.gpu
 
@@ -190,16 +219,15 @@ SLICES: dict[str, Callable[[Measurement], str]] = {
     "vLLM scheduling": lambda m: (
         f"vllm {'async' if overlapped(m) else 'sync'}" if m.backend == "vllm" else ""
     ),
+    "held out by name only": copy_of_calibration,
 }
 
 
 def summarise(rows: Sequence[Measurement], outcomes: Sequence[Outcome]) -> dict[str, Any]:
     """Every figure of both sets as plain data (the ``--json`` payload)."""
-    cal = set(CALIBRATION_GROUPS)
     sets: dict[str, list[tuple[Measurement, Outcome]]] = {"calibration": [], "held-out": []}
     for m, o in zip(rows, outcomes, strict=True):
-        in_cal = m.mode == "agg" and (m.model, m.gpu, m.backend) in cal
-        sets["calibration" if in_cal else "held-out"].append((m, o))
+        sets["calibration" if _in_calibration(m) else "held-out"].append((m, o))
     data: dict[str, Any] = {}
     for name, pairs in sets.items():
         apart = {i for i, (m, o) in enumerate(pairs) if o.estimated or _unmodelled(m.model)}
@@ -218,6 +246,7 @@ def summarise(rows: Sequence[Measurement], outcomes: Sequence[Outcome]) -> dict[
                 p for i, p in enumerate(pairs) if p[0].mode == "agg" and i not in apart
             ),
             "apart": _stats(p for i, p in enumerate(pairs) if i in apart),
+            "pooled_agg_unique": _stats(p for p in agg if not copy_of_calibration(p[0])),
         }
         s["slices"] = {
             title: {
@@ -279,6 +308,9 @@ def summary_table(data: dict[str, Any]) -> str:
     for name, s in data.items():
         lines.append(_line(f"**{name}** pooled (agg)", s["pooled_agg"]))
         lines.append(_line(f"{name}: without estimated / unmodelled", s["pooled_agg_clean"]))
+        if s["pooled_agg_unique"]["rows"] != s["pooled_agg"]["rows"]:
+            lines.append(_line(f"{name}: without copies of calibration rows",
+                               s["pooled_agg_unique"]))  # fmt: skip
         for keys in s["slices"].values():
             for key, st in keys.items():
                 if st["rows"]:
@@ -307,6 +339,8 @@ def report(data: dict[str, Any]) -> str:
         out.append(_line("pooled (agg)", s["pooled_agg"]))
         out.append(_line("pooled (agg) without apart", s["pooled_agg_clean"]))
         out.append(_line("apart (estimated / unmodelled)", s["apart"]))
+        out.append(_line("pooled (agg) without copies of calibration rows",
+                         s["pooled_agg_unique"]))  # fmt: skip
         for title, keys in s["slices"].items():
             for key, st in keys.items():
                 out.append(_line(f"{title}: {key}", st))

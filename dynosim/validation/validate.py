@@ -122,7 +122,10 @@ def _sglang_recv_interval(m: Measurement) -> int | None:
     ``qwen3.5_fp8_b200.sh``, ``qwen3.5_bf16_b300.sh``) pass 30 at concurrency >= 16 and 10
     below ("relax to ~30 requests between scheduler recv polls"); the FP8 DeepSeek-R1 TP4
     variant 10 at any concurrency; none with DP attention (1). Their H200 recipes pass none
-    (None: SGLang's default, 1). Other rows: None.
+    (None: SGLang's default, 1). Other rows: None. InferenceX has no DeepSeek-V3 recipe: its
+    database dumps name its DeepSeek-R1 runs ``DeepSeek-V3`` (AIConfigurator's
+    ``silicon_sample.csv``: all 97 DeepSeek-V3 B200 SGLang rows carry the measurements of
+    DeepSeek-R1 B200 SGLang rows of the same shape, to the last digit), so they read the same.
     """
     name = m.model.split("/")[-1]
     if (
@@ -130,10 +133,10 @@ def _sglang_recv_interval(m: Measurement) -> int | None:
         or m.backend != "sglang"
         or m.gpu not in ("b200_sxm", "b300_sxm")
         or m.attention_dp != 1
-        or not name.startswith(("DeepSeek-R1", "Qwen3.5-"))
+        or not (name.startswith(("DeepSeek-R1", "Qwen3.5-")) or name == "DeepSeek-V3")
     ):
         return None
-    r1_tp4 = name.startswith("DeepSeek-R1") and m.tp == 4 and m.dtype == "fp8"
+    r1_tp4 = name.startswith("DeepSeek") and m.tp == 4 and m.dtype == "fp8"
     return 10 if m.concurrency < 16 or r1_tp4 else 30
 
 

@@ -67,3 +67,20 @@ def test_disaggregated_rows_of_a_calibration_group_are_held_out(text: str) -> No
     data = fid.summarise(rows, fake)
     assert data["calibration"]["rows"] == 0
     assert data["held-out"]["rows"] == len(rows)
+
+
+def test_held_out_copies_of_calibration_rows_are_counted_apart() -> None:
+    # InferenceX's dumps name its DeepSeek-R1 runs DeepSeek-V3: every DeepSeek-V3 B200 SGLang
+    # row repeats a DeepSeek-R1 B200 SGLang (calibration) row, measurement for measurement
+    fid = _fidelity()
+    v3 = fid.rows_to_replay("deepseek-ai/DeepSeek-V3/b200_sxm/sglang/agg", 1)
+    r1 = fid.rows_to_replay("deepseek-ai/DeepSeek-R1/b200_sxm/sglang/agg", 1)
+    other = fid.rows_to_replay("Qwen/Qwen3-235B-A22B-FP8/h200_sxm/sglang/agg", 1)
+    assert len(v3) == 97
+    assert all(fid.copy_of_calibration(m) for m in v3)
+    assert not any(fid.copy_of_calibration(m) for m in r1 + other)
+    rows = [v3[0], other[0]]
+    data = fid.summarise(rows, [fid.Outcome(i, 1.0, 1.0, None, False) for i in range(2)])
+    held = data["held-out"]
+    assert (held["pooled_agg"]["rows"], held["pooled_agg_unique"]["rows"]) == (2, 1)
+    assert held["slices"]["held out by name only"]["copy of a calibration row"]["rows"] == 1

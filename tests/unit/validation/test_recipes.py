@@ -28,7 +28,9 @@ R1 = Measurement(
         ({"model": "Qwen/Qwen3.5-397B-A17B", "dtype": "bf16", "concurrency": 8}, 10),
         ({"gpu": "h200_sxm"}, None),  # dsr1_fp8_h200.sh passes none
         ({"attention_dp": 8, "concurrency": 256}, None),  # DP attention: 1
-        ({"model": "deepseek-ai/DeepSeek-V3"}, None),  # no recipe of InferenceX's
+        ({"model": "deepseek-ai/DeepSeek-V3"}, 30),  # InferenceX's dumps name R1 runs so
+        ({"model": "deepseek-ai/DeepSeek-V3", "gpu": "h200_sxm"}, None),
+        ({"model": "nvidia/DeepSeek-V3.1-NVFP4"}, None),  # no recipe of InferenceX's
         ({"client": None}, None),  # not InferenceX's row: no recipe known
     ],
 )
