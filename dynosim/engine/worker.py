@@ -282,7 +282,9 @@ class EngineWorker(Batch):
         self.busy = True
         self._step_decodes = n > 0
         self._seg_start = now
-        kv_tokens = self._len_offset + n * (self.decode_clock + 1)
+        # the KV the step's decoding requests attend (none decode in a prefill-only step: 0,
+        # not the aggregate's clock-relative offset)
+        kv_tokens = self._len_offset + n * (self.decode_clock + 1) if n else 0
         if step_prefill or not self.fast_forward or single:
             self._seg_steps = 1
             self._schedule(now + self.timing.step_us(shapes, n, kv_tokens))

@@ -219,3 +219,25 @@ def test_a_send_gap_must_be_a_small_non_negative_time() -> None:
     with pytest.raises(ConfigError, match=r"client.send_overhead_s: got -1"):
         BenchmarkClient(name="aiperf", concurrency=2, isl=1, osl=1, requests=2,
                         send_overhead_s=-1)  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", ["vllm", "sglang", "trtllm"])
+def test_a_measured_phase_after_warmups_is_a_run_from_scratch(backend: str) -> None:
+    # Without prefix caching nothing of the warm-ups stays in the engine, so the measured
+    # requests see exactly what they would with no warm-up at all: the same TTFT and latency,
+    # request by request (only shifted in time by the warm-up phase).
+    cfg = DeploymentConfig.from_dict(
+        {"model": "x", "gpu": "h200_sxm", "workers": 2, "backend": backend,
+         "engine": {"enable_prefix_caching": False, "max_num_seqs": 8,
+                    "max_num_batched_tokens": 512}}
+    )  # fmt: skip
+    perf = DeploymentPerf(LinearStepTime(), 10_000, gpu_hour_usd=1.0)
+    seen = []
+    for warmups in (0, 12):
+        c = BenchmarkClient(name="inferencex", concurrency=6, isl=700, osl=30, requests=30,
+                            warmups=warmups, seed=5)  # fmt: skip
+        rec = Simulation(cfg, client_requests(c), perf=perf).run(warmup_requests=warmups).records
+        ttft = (rec.first_token_us - rec.arrival_us)[warmups:]
+        e2e = (rec.finish_us - rec.arrival_us)[warmups:]
+        seen.append((ttft.tolist(), e2e.tolist()))
+    assert seen[0] == seen[1]
