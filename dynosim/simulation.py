@@ -22,15 +22,14 @@ version-cancelled simpy event, so requests sent at the same instant are routed i
 whatever order the events that released them ran in. A request that follows another
 (``after_id``: a session's next turn, a closed-loop client's next request) is released when
 that one completes (or is rejected), after its ``delay_s``, and not before its ``arrival_s``.
-A request sent ``after_warmup`` (a benchmark tool's measured phase) is released ``arrival_s``
-after the run's ``warmup_requests``-th completion or rejection, the moment its warm-up phase
-has drained.
+A request sent ``after_warmup`` (a benchmark tool's measured phase) follows the warm-up phase
+the same way: it is released when the run's ``warmup_requests``-th request completes or is
+rejected (:mod:`dynosim.workload.release`).
 """
 
 from __future__ import annotations
 
 import heapq
-import math
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -46,7 +45,6 @@ from dynosim.config import DeploymentConfig, PoolName
 from dynosim.engine.policies import worker_class
 from dynosim.engine.state import RunningRequest
 from dynosim.engine.worker import EngineWorker
-from dynosim.errors import ConfigError
 from dynosim.host import Host, StreamedRequest
 from dynosim.metrics import Metrics
 from dynosim.perf.speculative import extra_blocks, verify_steps
@@ -55,7 +53,7 @@ from dynosim.router import make_router
 from dynosim.slo_monitor import MonitorState, SLOMonitor
 from dynosim.timer import Timer
 from dynosim.types import HASH_BLOCK_TOKENS, Request
-from dynosim.workload.limits import MAX_TIME_S
+from dynosim.workload.release import WARMUP_PHASE, arrival_heap, check_requests, to_us
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -88,7 +86,7 @@ class Simulation:
         speedup: float = 1.0,
         sample_interval_s: float | None = None,
     ) -> None:
-        _check_inputs(requests, speedup, sample_interval_s)
+        check_requests(requests, speedup, sample_interval_s)
         self.config = config
         self.requests = requests
         self.speedup = float(speedup)
@@ -109,7 +107,7 @@ class Simulation:
         self.host = self._build_host()
         self._streams = self.host is not None and self.host.streams
         self.rec = Recorder(requests, self.pools, self.host)
-        self._heap, self._followers, self._after_warmup = self._arrival_heap()
+        self._heap, self._followers = arrival_heap(requests, self.speedup)
         self._warmup_left = 0  # completions until the warm-up phase has drained (run())
         self._dispatch_at = _NEVER
         self._dispatch_version = 0
@@ -176,30 +174,6 @@ class Simulation:
             self.decode.set_on_tokens(host.on_tokens)
         return host
 
-    def _arrival_heap(self) -> tuple[list[tuple[int, int]], dict[int, list[int]], list[int]]:
-        """The ``(arrival, id)`` heap of the requests that follow none, the followers, the held.
-
-        Held: the requests sent once the warm-up phase has drained (``after_warmup``).
-        """
-        followers: dict[int, list[int]] = {}
-        heap: list[tuple[int, int]] = []
-        held: list[int] = []
-        for r in self.requests:
-            if r.after_warmup:
-                held.append(r.id)
-            elif r.after_id is None:
-                heap.append((_us(r.arrival_s / self.speedup), r.id))
-            else:
-                followers.setdefault(r.after_id, []).append(r.id)
-        heapq.heapify(heap)
-        return heap, followers, held
-
-    def _release_after_warmup(self, now: int) -> None:
-        """Send the requests held for the end of the warm-up phase (it ends at ``now``)."""
-        for rid in self._after_warmup:
-            self._push(now + _us(self.requests[rid].arrival_s / self.speedup), rid)
-        self._after_warmup = []
-
     def _observer(self, sample_interval_s: float | None) -> Observer:
         """The pools' observation tick: at the planner's pace, and the timeline's.
 
@@ -209,9 +183,9 @@ class Simulation:
         planner = self.config.planner
         if planner is not None:
             pull = min(planner.metric_pulling_interval_s, planner.adjustment_interval_s)
-            plan_us = max(1, _us(pull))
-            adjust_us = _us(planner.adjustment_interval_s)
-        sample_us = None if sample_interval_s is None else max(1, _us(sample_interval_s))
+            plan_us = max(1, to_us(pull))
+            adjust_us = to_us(planner.adjustment_interval_s)
+        sample_us = None if sample_interval_s is None else max(1, to_us(sample_interval_s))
         return Observer(
             self.env,
             self.pools,
@@ -405,14 +379,14 @@ class Simulation:
             self._monitor.on_finish(rid, shown)
 
     def _release_followers(self, rid: int, now: int) -> None:
-        if self._warmup_left:
+        if self._warmup_left:  # one more request of the warm-up phase done
             self._warmup_left -= 1
             if not self._warmup_left:
-                self._release_after_warmup(now)
+                self._release_followers(WARMUP_PHASE, now)
         for fid in self._followers.pop(rid, ()):
             f = self.requests[fid]
             k = self.speedup
-            self._push(max(now + _us(f.delay_s / k), _us(f.arrival_s / k)), fid)
+            self._push(max(now + to_us(f.delay_s / k), to_us(f.arrival_s / k)), fid)
 
     # ---------------------------------------------------------------------- run
     def run(self, *, warmup_requests: int = 0, stop: SLOMonitor | None = None) -> SimResult:
@@ -436,10 +410,11 @@ class Simulation:
                 warmup_requests=warmup_requests,
             )
             self._monitor.start()
-        if self._after_warmup:
-            self._warmup_left = min(warmup_requests, len(self.requests) - len(self._after_warmup))
+        held = len(self._followers.get(WARMUP_PHASE, ()))
+        if held:
+            self._warmup_left = min(warmup_requests, len(self.requests) - held)
             if not self._warmup_left:
-                self._release_after_warmup(0)
+                self._release_followers(WARMUP_PHASE, 0)
         if self._heap:
             self._schedule_dispatch(self._heap[0][0])
         self.observer.start()
@@ -455,37 +430,6 @@ class Simulation:
             sampled=self.observer.sampled,
             kv_bytes_sent=self.links.bytes_sent if self.links is not None else 0,
         )
-
-
-def _check_inputs(
-    requests: Sequence[Request], speedup: float, sample_interval_s: float | None
-) -> None:
-    """Refuse request ids out of order, a follower of a later request and bad rates."""
-    for i, r in enumerate(requests):
-        if r.id != i:
-            raise ConfigError("requests", f"request at position {i} has id {r.id}", "ids 0..n-1")
-        if r.after_id is not None and not 0 <= r.after_id < i:
-            raise ConfigError(f"requests[{i}].after_id", r.after_id, f"an id in [0, {i})")
-        if r.after_warmup and r.after_id is not None:
-            raise ConfigError(
-                f"requests[{i}].after_warmup", True, f"false for a request that follows another"
-                f" (after_id {r.after_id})"
-            )  # fmt: skip
-    if not (isinstance(speedup, int | float) and 0 < speedup < math.inf):
-        raise ConfigError("speedup", speedup, "a finite number > 0")
-    if sample_interval_s is not None and not (
-        isinstance(sample_interval_s, int | float) and 0 < sample_interval_s < math.inf
-    ):
-        raise ConfigError("sample_interval_s", sample_interval_s, "a finite number > 0")
-
-
-def _us(seconds: float) -> int:
-    if not -MAX_TIME_S < seconds < MAX_TIME_S:  # NaN fails too
-        raise ConfigError(
-            "request time", seconds, f"a finite number of seconds below {MAX_TIME_S:g} (check"
-            " the workload's times and speed-up)"
-        )  # fmt: skip
-    return round(seconds * 1e6)
 
 
 def simulate(

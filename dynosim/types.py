@@ -23,11 +23,12 @@ class Request:
         session_id: Conversation the request belongs to, if any.
         after_id: Id of the request that must complete before this one is sent (the previous
             turn of a session, or the previous request of a closed-loop client), if any.
-        delay_s: Think time between the completion of ``after_id`` and this request.
-        after_warmup: Sent only once the warm-up phase has drained (every one of the run's
-            ``warmup_requests`` completed or rejected), ``arrival_s`` after that moment: the
-            first request of a benchmark client's measured phase (:mod:`dynosim.workload.client`).
-            Only for a request that follows none.
+        delay_s: Think time between the completion of ``after_id`` (or the warm-up phase)
+            and this request.
+        after_warmup: Follows the warm-up phase instead of a request (then ``after_id`` is
+            None): sent ``delay_s`` after the run's ``warmup_requests`` have all completed or
+            been rejected, and not before ``arrival_s``; the first requests of a benchmark
+            client's measured phase (:mod:`dynosim.workload.client`).
     """
 
     id: int

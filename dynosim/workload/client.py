@@ -177,10 +177,10 @@ def client_requests(client: BenchmarkClient) -> list[Request]:
 
     Each phase (warm-up, measured) runs its own closed loop of ``concurrency`` clients: its
     first ``concurrency`` requests at ``ramp_up_s * i / concurrency`` (0 by default) from the
-    phase's start (the measured phase's: ``after_warmup``), each later one as soon as its
-    client's previous one of the phase completes (``after_id``), each sent a gap uniform in
-    ``send_overhead_s +- send_jitter_s`` later (first requests: added to their start; later
-    ones: ``delay_s``).
+    phase's start (the measured phase's: ``after_warmup``, that long after the warm-ups drain:
+    ``delay_s``), each later one as soon as its client's previous one of the phase completes
+    (``after_id``), each sent a gap uniform in ``send_overhead_s +- send_jitter_s`` later
+    (first requests: added to their start; later ones: ``delay_s``).
     Lengths are ``round(uniform(ratio, 1) * nominal)`` (at least 1), drawn from ``seed``.
     Every prompt has its own hash ids (no shared prefix)
     except the warm-up copies, which repeat the first measured prompt's.
@@ -208,19 +208,22 @@ def client_requests(client: BenchmarkClient) -> list[Request]:
         else:
             hashes = tuple(range(next_hash, next_hash + units))
             next_hash += units
-        # a phase's first c requests follow none (the measured ones wait for the warm-ups)
+        # a phase's first c requests start it: the warm-ups' at the run's start, the measured
+        # ones once the warm-ups have drained (they follow the warm-up phase)
         phase_k = k if k < n_warm else m
         first = phase_k < c
+        start = client.ramp_up_s * phase_k / c + gaps[k] if first else 0.0
+        after_warmup = first and k >= n_warm > 0
         out.append(
             Request(
                 id=k,
-                arrival_s=client.ramp_up_s * phase_k / c + gaps[k] if first else 0.0,
-                delay_s=0.0 if first else gaps[k],
+                arrival_s=start if first and not after_warmup else 0.0,
+                delay_s=start if after_warmup else 0.0 if first else gaps[k],
                 input_tokens=isl[0 if k < n_warm else m],
                 output_tokens=osl[0 if k < n_warm else m],
                 block_hashes=hashes,
                 after_id=None if first else k - c,
-                after_warmup=first and k >= n_warm > 0,
+                after_warmup=after_warmup,
             )
         )
     return out

@@ -97,12 +97,13 @@ def test_after_warmup_waits_for_the_warmups_and_refuses_a_follower() -> None:
     # two warm-ups of unequal length; the measured request is sent 0.5 s after the later one
     warm = [Request(id=i, arrival_s=0.0, input_tokens=100, output_tokens=n)
             for i, n in enumerate((5, 40))]  # fmt: skip
-    measured = Request(id=2, arrival_s=0.5, input_tokens=100, output_tokens=5, after_warmup=True)
+    measured = Request(id=2, arrival_s=0.0, input_tokens=100, output_tokens=5, delay_s=0.5,
+                       after_warmup=True)  # fmt: skip
     perf = DeploymentPerf(LinearStepTime(), 20_000, gpu_hour_usd=2.0)
     sim = Simulation(tiny_config(workers=1), [*warm, measured], perf=perf)
     rec = sim.run(warmup_requests=2).records
     assert rec.arrival_us[2] == rec.finish_us[1] + 500_000 > rec.finish_us[0] + 500_000
-    # without warm-ups it is sent at its arrival_s from the start
+    # without warm-ups the phase has drained at the start: it is sent 0.5 s after it
     rec = Simulation(tiny_config(workers=1), [*warm, measured], perf=perf).run().records
     assert rec.arrival_us[2] == 500_000
     bad = Request(id=2, arrival_s=0.0, input_tokens=1, output_tokens=1, after_id=0,

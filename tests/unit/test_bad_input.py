@@ -13,9 +13,9 @@ import pytest
 from dynosim.config import DeploymentConfig
 from dynosim.errors import ConfigError, DynosimError, WorkloadError
 from dynosim.files import load_deployment, parse_yaml
-from dynosim.simulation import _us
 from dynosim.types import Request
 from dynosim.workload import WorkloadSpec, load_trace, load_workload_file, speedup
+from dynosim.workload.release import to_us
 from search.study.space import Space
 from search.study.study_file import load_study_file, parse_study
 from tests.unit.search.fakes import SPACE, study_dict
@@ -111,8 +111,8 @@ def test_speedup_and_us_refuse_times_beyond_range() -> None:
         speedup(requests, 1e-300)
     for bad in (1e300, math.inf, math.nan):
         with pytest.raises(ConfigError, match="request time"):
-            _us(bad)
-    assert _us(1.5) == 1_500_000
+            to_us(bad)
+    assert to_us(1.5) == 1_500_000
 
 
 @pytest.mark.parametrize(
