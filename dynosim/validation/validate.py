@@ -157,15 +157,18 @@ def row_layers(m: Measurement) -> int:
 def row_config(m: Measurement, timing: str = "aic") -> DeploymentConfig:
     """The deployment a measurement ran on (one replica: ``attention_dp`` schedulers).
 
-    Engine: ``max_num_seqs`` = the concurrency per DP rank, no prefix caching, then the recipe's
-    flags (:func:`recipe_engine`), then whatever the row itself states.
+    Engine: ``max_num_seqs`` = the concurrency, no prefix caching, then the recipe's flags
+    (:func:`recipe_engine`), then whatever the row itself states (its recipe's flags included:
+    :mod:`dynosim.validation.recipes`). With attention DP the replica's ranks are workers of
+    their own, behind the engine's DP balancer (:func:`_dp_router`); each rank's
+    ``max_num_seqs`` (vLLM's ``--max-num-seqs`` and TRT-LLM's ``max_batch_size`` are per DP
+    rank) does not stop a rank from taking more than its share of the clients.
     """
     if m.pools is not None:
         return _disagg_config(m, timing)
-    per_rank = max(1, m.concurrency // m.attention_dp)
     engine = {
-        "max_num_seqs": per_rank,
-        "max_num_batched_tokens": max(8192, per_rank),
+        "max_num_seqs": m.concurrency,
+        "max_num_batched_tokens": max(8192, m.concurrency),
         "enable_prefix_caching": False,
         **recipe_engine(m),
         **m.engine,
@@ -174,10 +177,24 @@ def row_config(m: Measurement, timing: str = "aic") -> DeploymentConfig:
         "model": m.model, "gpu": m.gpu, "backend": m.backend, "dtype": m.dtype, "tp": m.tp,
         "workers": 1, "timing": timing, "engine": engine,
     }  # fmt: skip
+    if m.attention_dp > 1:
+        data["router"] = _dp_router(m.backend)
     parallel = {"ep": m.ep, "moe_tp": m.moe_tp, "attention_dp": m.attention_dp,
                 "kv_cache_dtype": m.kv_cache_dtype}  # fmt: skip
     data |= {k: v for k, v in parallel.items() if v not in (None, 1)}
     return DeploymentConfig.from_dict(data)
+
+
+def _dp_router(backend: str) -> str:
+    """How the engine spreads requests over its attention-DP ranks (one worker each here).
+
+    vLLM's front end sends a request to the rank of lowest ``4 x waiting + running``
+    (``DPLBAsyncMPClient.get_core_engine_for_request``, ``vllm/v1/engine/core_client.py``);
+    TRT-LLM's executor gives new requests to the ranks with the fewest active ones
+    (``ExecutorRequestQueue``'s attention-DP balancing): both ``least_loaded``. SGLang's
+    ``DataParallelController`` defaults to ``--load-balance-method round_robin``.
+    """
+    return "round_robin" if backend == "sglang" else "least_loaded"
 
 
 def _disagg_config(m: Measurement, timing: str) -> DeploymentConfig:
