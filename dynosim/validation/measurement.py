@@ -39,6 +39,8 @@ class Measurement:
             client model: they wait for an engine slot, and their TTFT counts the wait).
         pools: The prefill and decode pools of a disaggregated row (None: aggregated, one
             replica of ``tp``, ``ep``, ``moe_tp``, ``attention_dp``).
+        recipe: The launch recipe whose flags ``engine`` and ``kv_cache_dtype`` hold
+            (``path@commit``, :mod:`dynosim.validation.recipes`; "" when not known).
     """
 
     where: str
@@ -64,6 +66,7 @@ class Measurement:
     source: str = ""
     queued: int = 0
     pools: tuple[PoolShape, PoolShape] | None = None
+    recipe: str = ""
 
     @property
     def group(self) -> tuple[str, str, str, str]:

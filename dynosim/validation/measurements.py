@@ -43,6 +43,7 @@ from typing import Any, TextIO
 from dynosim.checks import integer, is_number
 from dynosim.errors import ConfigError, WorkloadError
 from dynosim.validation.measurement import Measurement
+from dynosim.validation.recipes import RowRecipe, recipe_flags
 from dynosim.validation.silicon import parse_disagg_pools, parse_row, row_kv_dtype
 from dynosim.validation.tool_exports import is_aiperf_csv, parse_aiperf_csv, parse_json
 from dynosim.workload.client import CLIENTS, ClientName
@@ -237,6 +238,9 @@ def _silicon(path: Path, line: int, r: dict[str, str]) -> Measurement:
     )
     if base.backend == "vllm" and client is None and _before(r.get("backend_version"), (0, 14)):
         base = replace(base, engine={"async_scheduling": False})
+    recipe = recipe_flags(r.get("id") or "") if client == "inferencex" else None
+    if recipe is not None:
+        base = replace(base, engine={**base.engine, **recipe.engine}, recipe=recipe.source)
     if base.mode == "disagg":
         try:
             dtype, prefill, decode = parse_disagg_pools(r)
@@ -247,7 +251,7 @@ def _silicon(path: Path, line: int, r: dict[str, str]) -> Measurement:
             concurrency=decode.batch_size * decode.workers * decode.attention_dp,
             dtype=dtype,
             pools=(prefill, decode),
-            kv_cache_dtype=row_kv_dtype(base.backend, dtype),
+            kv_cache_dtype=_kv_dtype(recipe, base.backend, dtype),
         )
     if base.mode != "agg":
         return replace(base, refused=f"mode {base.mode}: allowed: agg | disagg")
@@ -256,7 +260,7 @@ def _silicon(path: Path, line: int, r: dict[str, str]) -> Measurement:
         row = parse_row(r)
     except (ConfigError, KeyError, ValueError, OverflowError) as exc:
         return replace(base, refused=str(exc))
-    return replace(
+    m = replace(
         base,
         concurrency=row.concurrency,  # batch_size x attention_dp: the clients of all ranks
         tp=row.tp,  # attention TP per DP rank, as parse_row reads the row's GPUs
@@ -264,8 +268,32 @@ def _silicon(path: Path, line: int, r: dict[str, str]) -> Measurement:
         ep=row.ep,
         moe_tp=row.moe_tp,
         attention_dp=row.attention_dp,
-        kv_cache_dtype=row_kv_dtype(row.backend, row.dtype),
+        kv_cache_dtype=_kv_dtype(recipe, row.backend, row.dtype),
     )
+    return m if recipe is None else _as_recipe_ran(m, recipe)
+
+
+def _as_recipe_ran(m: Measurement, recipe: RowRecipe) -> Measurement:
+    """``m`` with its recipe's concurrency and (vLLM) command-line parallelism.
+
+    SGLang's ``--max-running-requests`` is the server's: each DP-attention rank admits that
+    over the DP size (``TpModelWorker``); vLLM's ``--max-num-seqs`` and TRT-LLM's
+    ``max_batch_size`` are per rank already.
+    """
+    m = replace(m, concurrency=recipe.concurrency)
+    if (p := recipe.parallel) is not None:
+        m = replace(m, tp=p["tp"], ep=p["ep"], moe_tp=p["moe_tp"], attention_dp=p["attention_dp"])
+    seqs = m.engine.get("max_num_seqs")
+    if m.backend == "sglang" and seqs is not None and m.attention_dp > 1:
+        m = replace(m, engine={**m.engine, "max_num_seqs": max(1, seqs // m.attention_dp)})
+    return m
+
+
+def _kv_dtype(recipe: RowRecipe | None, backend: str, dtype: str) -> str | None:
+    """The row's KV-cache dtype: its recipe's if it names one, else the backend's default."""
+    if recipe is not None and recipe.kv_cache_dtype is not None:
+        return recipe.kv_cache_dtype
+    return row_kv_dtype(backend, dtype)
 
 
 def _before(version: str | None, release: tuple[int, int]) -> bool:

@@ -83,7 +83,10 @@ class Group:
 
 
 def recipe_engine(m: Measurement) -> dict[str, Any]:
-    """Engine flags of the recipe that produced an InferenceX row (empty for other rows).
+    """Engine flags of a typical InferenceX recipe, for an InferenceX row of unknown recipe.
+
+    Empty for other rows, and for rows that carry their own recipe's flags (``m.recipe``,
+    :mod:`dynosim.validation.recipes`).
 
     From SemiAnalysis InferenceX's per-recipe launch scripts (as issue 9 quotes them): vLLM runs
     with ``--max-num-batched-tokens 2*ISL --no-enable-prefix-caching --block-size 32
@@ -97,7 +100,7 @@ def recipe_engine(m: Measurement) -> dict[str, Any]:
     DeepSeek-R1 and Qwen3.5 on B200 and B300 also pass ``--scheduler-recv-interval``
     (:func:`_sglang_recv_interval`).
     """
-    if m.client != "inferencex":
+    if m.client != "inferencex" or m.recipe:
         return {}
     if m.backend == "vllm":
         return {"max_num_batched_tokens": max(2 * m.isl, m.concurrency), "block_size": 32,

@@ -1,0 +1,125 @@
+"""The engine flags each InferenceX row of ``silicon_sample.csv`` ran with, from its recipe.
+
+SemiAnalysis InferenceX launches every benchmark point with a shell recipe
+(``benchmarks/single_node/fixed_seq_len/<model>_<precision>_<gpu>[_trt].sh`` today,
+``benchmarks/<model>_<precision>_<gpu>_{docker,slurm}.sh`` before), and the recipes changed
+over the months the rows were measured: MiniMax-M2.5 on B200 ran vLLM with
+``--gpu-memory-utilization 0.95``, block size 32 and a bf16 KV cache until 2026-04-03, with
+0.90, ``--kv-cache-dtype fp8`` and ``--max-num-batched-tokens 2*ISL`` after; the Llama-3.1-70B
+recipes (removed 2025-10-29) passed ``max-num-batched-tokens: 8192`` and an fp8 KV cache; the
+DeepSeek-R1 SGLang recipes an ``fp8_e4m3`` KV cache and ``--mem-fraction-static 0.82``.
+
+``data/inferencex_recipes.csv`` holds, for each aggregated single-node InferenceX row (by its
+``id``; 2,603 of the 2,701 rows that record a ``measured`` date), the flags of the recipe in
+effect on that date, resolved for the row's ISL, OSL, concurrency, TP, EP and DP attention (the
+recipes branch on them), the recipe's ``path@commit`` in InferenceX's history and the
+benchmark's concurrency (``conc``: the source's ``silicon_concurrency``; AIConfigurator's
+``batch_size`` column is sometimes that over the DP size). It was made by running each recipe
+at its commit under bash with the server and client commands stubbed to print their arguments
+and the config files the recipe wrote; an empty cell is a flag the recipe leaves at the engine's
+default. Not in it: GB200 rows of the multi-node pipeline, disaggregated rows, and rows of
+NVIDIA's own campaigns (their ``measured`` date notwithstanding).
+
+:func:`recipe_flags` gives a row's flags as :class:`~dynosim.config.EngineConfig` fields, its
+KV-cache dtype and, for vLLM, the parallelism the command line asked for;
+:func:`dynosim.validation.measurements.read_measurements` puts them on the row (they replace the
+generic recipe of :func:`dynosim.validation.validate.recipe_engine`).
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["RECIPES_CSV", "RowRecipe", "recipe_flags"]
+
+RECIPES_CSV = Path(__file__).with_name("data") / "inferencex_recipes.csv"
+
+_KV_DTYPES = {"fp8": "fp8", "fp8_e4m3": "fp8", "auto": None, "": None}
+"""The recipes' ``--kv-cache-dtype`` / ``kv_cache_config.dtype`` spellings -> the config's
+(None: the engine's default, the model's activation dtype for vLLM and SGLang)."""
+
+ENGINE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "vllm": {"max_num_batched_tokens": 8192, "gpu_memory_utilization": 0.9, "block_size": 16,
+             "enable_prefix_caching": True},
+    "trtllm": {"max_num_batched_tokens": 8192, "gpu_memory_utilization": 0.9,
+               "enable_prefix_caching": True},
+    "sglang": {"enable_prefix_caching": True},
+}  # fmt: skip
+"""What an engine runs with where its recipe passes nothing: vLLM's API server on GPUs of 70 GiB
+or more (``EngineArgs._set_default_args``: ``max_num_batched_tokens`` 8192), its
+``--gpu-memory-utilization`` 0.9, CUDA block size 16 and prefix caching on (V1); TRT-LLM's
+``max_num_tokens`` 8192, ``free_gpu_memory_fraction`` 0.9 and ``enable_block_reuse`` true
+(``tensorrt_llm/llmapi/llm_args.py``); SGLang's radix cache on. SGLang sizes its chunk and
+memory fraction from the GPU's memory (``ServerArgs``): those stay the replay's."""
+
+
+@dataclass(frozen=True, slots=True)
+class RowRecipe:
+    """What one row's recipe sets.
+
+    Attributes:
+        engine: :class:`~dynosim.config.EngineConfig` fields (the engine's defaults where the
+            recipe passes nothing, :data:`ENGINE_DEFAULTS`).
+        kv_cache_dtype: ``fp8`` when the recipe asks for it (None: the default).
+        concurrency: The benchmark's concurrency.
+        parallel: vLLM only: ``tp``, ``ep``, ``moe_tp``, ``attention_dp`` as the command line
+            asks (``--tensor-parallel-size``, ``--data-parallel-size``,
+            ``--enable-expert-parallel``): InferenceX's vLLM recipes for MiniMax-M2.5 and
+            Kimi-K2.5 ignore the sweep's DP-attention setting, which AIConfigurator's rows
+            encode as ``attention_dp`` (None for the other backends).
+        source: The recipe, ``path@commit`` in InferenceX's history.
+    """
+
+    engine: dict[str, Any] = field(default_factory=dict)
+    kv_cache_dtype: str | None = None
+    concurrency: int = 0
+    parallel: dict[str, int] | None = None
+    source: str = ""
+
+
+def recipe_flags(row_id: str) -> RowRecipe | None:
+    """The recipe flags of the InferenceX row ``row_id`` (None: not in the table)."""
+    return _table().get(row_id)
+
+
+@functools.lru_cache(maxsize=1)
+def _table() -> dict[str, RowRecipe]:
+    with RECIPES_CSV.open(newline="", encoding="utf-8") as f:
+        return {r["id"]: _recipe(r) for r in csv.DictReader(f)}
+
+
+def _recipe(r: dict[str, str]) -> RowRecipe:
+    backend = r["backend"]
+    engine: dict[str, Any] = dict(ENGINE_DEFAULTS[backend])
+
+    def put(name: str, column: str, kind: type[int] | type[float]) -> None:
+        if raw := r[column].strip():
+            engine[name] = kind(float(raw))
+
+    put("max_num_batched_tokens", "max_num_batched_tokens", int)
+    put("gpu_memory_utilization", "mem_fraction", float)
+    put("max_num_seqs", "max_num_seqs", int)
+    if r["prefix_caching"] == "false":
+        engine["enable_prefix_caching"] = False
+    parallel = None
+    if backend == "vllm":
+        put("block_size", "block_size", int)
+        if r["async_scheduling"] in ("true", "false"):
+            engine["async_scheduling"] = r["async_scheduling"] == "true"
+        tp, dp = int(r["tp"]), int(r["dp_size"] or 1)
+        ep = tp * dp if r["enable_expert_parallel"] == "true" else 1
+        parallel = {"tp": tp, "ep": ep, "moe_tp": tp * dp // ep, "attention_dp": dp}
+    elif backend == "sglang":
+        put("scheduler_recv_interval", "scheduler_recv_interval", int)
+        put("max_prefill_tokens", "max_prefill_tokens", int)
+    return RowRecipe(
+        engine=engine,
+        kv_cache_dtype=_KV_DTYPES[r["kv_cache_dtype"].strip().lower()],
+        concurrency=int(r["conc"]),
+        parallel=parallel,
+        source=r["recipe"],
+    )

@@ -1,0 +1,94 @@
+"""Each InferenceX row replays with its own recipe's flags (dynosim.validation.recipes).
+
+The worked examples are checked by hand against the recipes at the commits the table names
+(``git show <commit>:<path>`` in SemiAnalysisAI/InferenceX).
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+
+import pytest
+
+from dynosim.validation.measurement import Measurement
+from dynosim.validation.measurements import read_measurements
+from dynosim.validation.recipes import RECIPES_CSV, recipe_flags
+from dynosim.validation.silicon import silicon_csv
+from dynosim.validation.validate import row_config
+
+
+@functools.cache
+def _rows() -> dict[str, Measurement]:
+    ids = [r["id"] for r in csv.DictReader(silicon_csv().open(newline="", encoding="utf-8"))]
+    rows = read_measurements(silicon_csv())
+    assert len(ids) == len(rows)
+    return dict(zip(ids, rows, strict=True))
+
+
+def test_every_recipe_is_an_inferencex_row_that_builds() -> None:
+    """Every table row is an aggregated InferenceX row of the file; each replays as a valid
+    deployment or is refused with its reason (never an error of the table's making)."""
+    with RECIPES_CSV.open(newline="", encoding="utf-8") as f:
+        table = list(csv.DictReader(f))
+    rows = _rows()
+    assert len(table) > 2000
+    for r in table:
+        m = rows[r["id"]]
+        assert (m.client, m.mode) == ("inferencex", "agg")
+        assert (m.recipe, m.concurrency) == (r["recipe"], int(r["conc"]))
+        if m.refused is None:
+            row_config(m, timing="roofline")
+    assert sum(bool(m.recipe) for m in rows.values()) == len(table)
+
+
+def test_llama_70b_b200_vllm_recipe() -> None:
+    """``benchmarks/70b_fp8_b200_docker.sh`` (removed 2025-10-29): ``kv-cache-dtype: fp8``,
+    ``async-scheduling: true``, ``no-enable-prefix-caching``, ``max-num-batched-tokens: 8192``,
+    ``--gpu-memory-utilization=0.9 --max-num-seqs=512``; vLLM's block size 16."""
+    m = _rows()["2026_04_06_llama_3_1_70b_b200_sxm_vllm_fp8_agg_1024x1024_c8_tp4_ep1_259"]
+    assert m.recipe.startswith("benchmarks/70b_fp8_b200_docker.sh@")
+    e = row_config(m).engine
+    assert (e.max_num_batched_tokens, e.gpu_memory_utilization, e.max_num_seqs) == (8192, 0.9, 512)
+    assert (e.block_size, e.enable_prefix_caching, e.async_scheduling) == (16, False, True)
+    assert row_config(m).kv_dtype == "fp8"
+
+
+def test_deepseek_r1_b200_sglang_recipe() -> None:
+    """``dsr1_fp8_b200.sh`` at TP 8: ``--max-running-requests 128 --mem-fraction-static 0.82
+    --kv-cache-dtype fp8_e4m3 --chunked-prefill-size 32768 --max-prefill-tokens 32768
+    --scheduler-recv-interval 30`` (CONC >= 16) ``--disable-radix-cache``."""
+    m = _rows()["2026_03_25_deepseek_r1_b200_sxm_sglang_fp8_agg_1024x1024_c32_tp8_0_ep1_0_269"]
+    c = row_config(m)
+    e = c.engine
+    assert (e.max_num_seqs, e.gpu_memory_utilization) == (128, 0.82)
+    assert e.max_num_batched_tokens == 32768
+    assert (e.max_prefill_tokens, e.scheduler_recv_interval, e.enable_prefix_caching) == (
+        32768, 30, False,
+    )  # fmt: skip
+    assert c.kv_dtype == "fp8"
+
+
+def test_kimi_vllm_row_runs_as_its_command_line_asks() -> None:
+    """AIConfigurator encodes this row as TP 4 x attention DP 4 with EP 16; the recipe
+    (``kimik2.5_fp4_b200.sh``) passes ``--tensor-parallel-size=$TP`` and neither
+    ``--data-parallel-size`` nor ``--enable-expert-parallel``: 4 GPUs of plain TP, 4 clients."""
+    m = _rows()["kimik2_5_b200_vllm_fp4_agg_1024x8192_c4_cfg635"]
+    assert (m.tp, m.ep, m.moe_tp, m.attention_dp, m.concurrency) == (4, 1, 4, 1, 4)
+    assert row_config(m).engine.max_num_seqs == 4  # --max-num-seqs $CONC
+
+
+def test_rows_without_a_known_recipe_keep_the_generic_one() -> None:
+    """Not InferenceX's, or not resolved to a recipe: no table entry."""
+    assert recipe_flags("no-such-row") is None
+    own = [m for m in _rows().values() if m.client is None]
+    assert own
+    assert not any(m.recipe for m in own)
+
+
+@pytest.mark.parametrize("column", ["kv_cache_dtype", "prefix_caching", "async_scheduling"])
+def test_table_spellings_are_known(column: str) -> None:
+    with RECIPES_CSV.open(newline="", encoding="utf-8") as f:
+        values = {r[column] for r in csv.DictReader(f)}
+    allowed = {"kv_cache_dtype": {"", "fp8", "fp8_e4m3", "auto"}}.get(column, {"", "true", "false"})
+    assert values <= allowed
