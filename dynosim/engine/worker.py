@@ -105,7 +105,7 @@ class EngineWorker(Batch):
         self._step_prefill: list[tuple[RunningRequest, int]] = []
         self._seg_steps = 1
         self._seg_durs: npt.NDArray[np.int64] | None = None  # each step's duration
-        self._seg_ends: list[int] | None = [0]  # when each step ends (None: not built yet)
+        self._seg_ends: npt.NDArray[np.int64] | None = None  # when each step ends (built late)
         self._seg_applied = 1
         self._seg_demand = 0
         self._seg_top = 0
@@ -159,6 +159,19 @@ class EngineWorker(Batch):
     def lags(self, now_us: int) -> bool:
         """Whether :meth:`sync` at ``now_us`` would allocate (a segment step started since)."""
         return now_us >= self._sync_at
+
+    def kv_load_range(self, now_us: int) -> tuple[float, float]:
+        """Bounds of :attr:`kv_load_blocks` after a :meth:`sync` at ``now_us``, without one.
+
+        A sync only adds held blocks, fewer than one per decoding request per ``block_size``
+        steps of the segment.
+        """
+        held, queued = self.kv.used, self.pending_prefill_blocks
+        low = held + queued + self.incoming_blocks
+        if now_us < self._sync_at:
+            return low, low
+        held += -(-(self._seg_steps - 1) // self.block_size) * self.n_paged - self._seg_demand
+        return low, held + queued + self.incoming_blocks
 
     @property
     def in_segment(self) -> bool:
@@ -219,7 +232,7 @@ class EngineWorker(Batch):
         if self.on_tokens is not None:
             firsts = sum(1 for rr, c in self._step_prefill if rr.computed + c == rr.target)
             n = self.n_decode if self._step_decodes else 0
-            self.on_tokens(self, self._ends()[:k] if k > 1 else [now], n, firsts)
+            self.on_tokens(self, self._ends()[:k].tolist() if k > 1 else [now], n, firsts)
         if self._step_decodes:
             self.decode_clock += k
             self.decode_steps += k
@@ -326,14 +339,16 @@ class EngineWorker(Batch):
         self._sync_at = now + int(durs[0]) if k > 1 else _NEVER
         self._schedule(now + int(durs.sum()))
 
-    def _ends(self) -> list[int]:
-        """When each step of the current segment ends (built on first use)."""
+    def _ends(self) -> npt.NDArray[np.int64]:
+        """When each step of the current segment ends (built on first use).
+
+        Read by a bisection or an index or two per segment: cheaper on the array than a list.
+        """
         ends = self._seg_ends
         if ends is None:
             assert self._seg_durs is not None
-            cum = self._seg_durs.cumsum()
-            cum += self._seg_start
-            ends = self._seg_ends = cum.tolist()  # bisect on a list beats numpy per call
+            ends = self._seg_ends = self._seg_durs.cumsum()
+            ends += self._seg_start
         return ends
 
     def _admissible_after(self, k: int) -> int:
@@ -381,7 +396,7 @@ class EngineWorker(Batch):
             self._seg_steps = steps
             if self._seg_applied >= steps:
                 self._sync_at = _NEVER
-            self._schedule(self._ends()[steps - 1])
+            self._schedule(int(self._ends()[steps - 1]))
 
     def _apply_allocations(self, started: int) -> None:
         """Allocate the new blocks of segment steps up to ``started`` (step 0 already is)."""
@@ -392,4 +407,4 @@ class EngineWorker(Batch):
             self._seg_demand = demand
             self._seg_applied = started
             k = self._seg_steps
-            self._sync_at = self._ends()[started - 1] if started < k else _NEVER
+            self._sync_at = int(self._ends()[started - 1]) if started < k else _NEVER

@@ -35,7 +35,7 @@ __all__ = [
 ROUTERS: dict[RouterName, Callable[[DeploymentConfig, np.random.Generator], Router]] = {
     "round_robin": lambda config, rng: RoundRobin(),
     "random": lambda config, rng: RandomRouter(rng),
-    "least_loaded": lambda config, rng: LeastLoaded(),
+    "least_loaded": lambda config, rng: LeastLoaded(sync_ties=config.max_local_prefill_tokens > 0),
     "kv_load": lambda config, rng: KvLoad(),
     "kv_aware": lambda config, rng: KvAware(
         config.kv_router.overlap_weight, config.kv_router.temperature, rng

@@ -116,8 +116,48 @@ class LeastLoaded(_Indexed):
 
     _scan = LeastLoadedScan()
 
+    def __init__(self, *, sync_ties: bool = False) -> None:
+        """``sync_ties``: sync every tied worker of a small pool, as the scan does.
+
+        For a pool whose caller reads the picked worker's prefix cache without a sync
+        (conditional disaggregation): its KV must be what the scan's syncs left. Otherwise a
+        small pool syncs nothing when the bounds of the tied workers' KV decide.
+        """
+        super().__init__()
+        self._sync_ties = sync_ties
+
     def _state(self, w: EngineWorker) -> tuple[Any, ...]:
         return (w.outstanding, w.kv_load_blocks)
+
+    def route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
+        """The worker the scan picks: by the scan in a small pool, else from the indexes."""
+        if len(workers) > SCAN_MAX:
+            self._prepare(workers)
+            return self._route(rr, workers, now_us)
+        if self._sync_ties:
+            return self._scan.route(rr, workers, now_us)
+        low, tied = 1 << 62, []
+        for i, w in enumerate(workers):
+            n = len(w.running) + len(w.waiting) + len(w.inbox) + w.incoming  # outstanding
+            if n < low:
+                low, tied = n, [i]
+            elif n == low:
+                tied.append(i)
+        if len(tied) == 1:
+            return tied[0]
+        # The KV tie-break from each tied worker's bounds (lowest upper bound first): a sync
+        # only raises a worker's KV, so one whose upper bound is below every other lower bound
+        # (or equal to those of higher indices) is the scan's pick; else sync them all.
+        c, top, lows = 0, _INF, []
+        for t, i in enumerate(tied):
+            lo, hi = workers[i].kv_load_range(now_us)
+            lows.append(lo)
+            if hi < top:
+                c, top = t, hi
+        for t, lo in enumerate(lows):
+            if t != c and (lo < top or (lo == top and t < c)):
+                return self._scan.route(rr, workers, now_us)
+        return tied[c]
 
     def _route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
         """Least-loaded worker."""

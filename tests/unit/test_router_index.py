@@ -224,3 +224,55 @@ def test_pools_crossing_the_scan_size_route_as_the_scan(
     slow = _run(cfg, reqs, blocks)
     assert fast.records.equal(slow.records)
     assert fast.metrics.scaling_events == slow.metrics.scaling_events
+
+
+@pytest.mark.parametrize("n", range(8))
+def test_small_least_loaded_pools_decide_by_kv_bounds_as_the_scan(
+    n: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """least_loaded on a pool of at most SCAN_MAX workers breaks ties on the tied workers' KV
+    bounds instead of syncing them (decode pools of 2-8 workers behind 1-4 prefill workers, or
+    aggregated pools, tiny KV, long outputs): the scan's picks, decision by decision and run by
+    run, and most tie-breaks among lagging workers decided without a sync."""
+    r = random.Random(900 + n)
+    engine = {"max_num_seqs": r.choice([4, 16, 64]), "max_num_batched_tokens": 512,
+              "block_size": r.choice([16, 32])}  # fmt: skip
+    data: dict[str, Any] = {"model": "x", "gpu": "h200_sxm", "engine": engine}
+    if n % 2:
+        data |= {"workers": r.choice([2, 5, indexed.SCAN_MAX]), "router": "least_loaded"}
+    else:
+        data |= {"mode": "disagg", "prefill": {"workers": r.choice([1, 4])},
+                 "decode": {"workers": r.choice([2, 4, 8])}, "decode_router": "least_loaded",
+                 "router": r.choice(["random", "kv_aware"])}  # fmt: skip
+    cfg = DeploymentConfig.from_dict(data)
+    reqs = make_requests(600, rate_rps=r.choice([20, 80]), seed=n, input_range=(1, 600),
+                         output_range=(20, 300), groups=8)  # fmt: skip
+    blocks = {name: r.choice([150, 400]) * 16 // engine["block_size"] for name, _ in cfg.pools()}
+    made: list[Checked] = []
+
+    def checked(config: DeploymentConfig, rng: np.random.Generator, name: RouterName) -> Router:
+        made.append(Checked(config, rng, name))
+        return made[-1]
+
+    calls = {"bounds": 0, "synced": 0}
+    bounds, scan = EngineWorker.kv_load_range, LeastLoadedScan.route
+
+    def counted_bounds(w: EngineWorker, now: int) -> tuple[float, float]:
+        calls["bounds"] += w.lags(now)
+        return bounds(w, now)
+
+    def counted_scan(self: LeastLoadedScan, *args: Any) -> int:
+        calls["synced"] += 1
+        return scan(self, *args)
+
+    monkeypatch.setattr(EngineWorker, "kv_load_range", counted_bounds)
+    monkeypatch.setattr(LeastLoadedScan, "route", counted_scan)
+    fast = _run(cfg, reqs, blocks)
+    assert calls["bounds"] > 20  # lagging tied workers, read without a sync ...
+    assert calls["synced"] < calls["bounds"] / 4  # ... seldom synced after all
+    with monkeypatch.context() as m:
+        m.setattr(simulation, "make_router", checked)
+        assert _run(cfg, reqs, blocks).records.equal(fast.records)
+    assert sum(c.checked for c in made) > 25
+    monkeypatch.setattr(simulation, "make_router", _scan)
+    assert _run(cfg, reqs, blocks).records.equal(fast.records)
