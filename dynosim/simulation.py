@@ -51,7 +51,7 @@ from dynosim.perf.speculative import extra_blocks, verify_steps
 from dynosim.recording import Recorder, SimResult
 from dynosim.router import make_router
 from dynosim.slo_monitor import MonitorState, SLOMonitor
-from dynosim.timer import Timer
+from dynosim.timer import Timer, run
 from dynosim.types import HASH_BLOCK_TOKENS, Request
 from dynosim.workload.release import WARMUP_PHASE, arrival_heap, check_requests, to_us
 
@@ -418,7 +418,7 @@ class Simulation:
         if self._heap:
             self._schedule_dispatch(self._heap[0][0])
         self.observer.start()
-        self.env.run()
+        run(self.env)
         wall = time.perf_counter() - start
         early = self._monitor.reason if self._monitor is not None else None
         return self.rec.result(

@@ -8,9 +8,10 @@ number with the owner's current one and ignores a superseded timer. Rescheduling
 from __future__ import annotations
 
 from collections.abc import Callable
-from heapq import heappush
+from heapq import heappop, heappush
 
 import simpy
+from simpy.core import StopSimulation
 from simpy.events import EventPriority
 
 
@@ -44,3 +45,19 @@ class Timer(simpy.Event):
         # env.schedule(self, priority, at_us - env.now) inlined: the same (time, priority,
         # event id) key in simpy's queue, one call less per event (times are integers).
         heappush(env._queue, (at_us, priority, next(env._eid), self))
+
+
+def run(env: simpy.Environment) -> None:
+    """``env.run()`` for an environment whose events are all timers, one call less per event.
+
+    Pops the next event and calls its callbacks until none is left or a callback raises
+    ``StopSimulation`` (a timer never fails, so simpy's check for an undefused failure is moot).
+    """
+    queue = env._queue
+    try:
+        while queue:
+            env._now, _, _, event = heappop(queue)
+            for callback in event.callbacks:
+                callback(event)
+    except StopSimulation:
+        pass

@@ -99,11 +99,14 @@ class PrefixKVCache:
                 raise RuntimeError(f"KV over-allocation: {n_blocks} > {self.available}")
             ev, refs, unit = self._evictable, self._refs, self.unit_blocks
             evicted = -(-short // unit)
-            on_evict = self.on_evict
-            for _ in range(evicted):
-                h = ev.popitem(last=False)[0]
-                del refs[h]
-                if on_evict is not None:
+            on_evict, pop = self.on_evict, ev.popitem
+            if on_evict is None:  # most allocations evict: the tight loop without a listener
+                for _ in range(evicted):
+                    del refs[pop(False)[0]]
+            else:
+                for _ in range(evicted):
+                    h = pop(False)[0]
+                    del refs[h]
                     on_evict(h)
             self.free += evicted * unit
             self.evictable_blocks -= evicted * unit

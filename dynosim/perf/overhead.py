@@ -237,8 +237,9 @@ class CalibratedStepTime:
                 if float(kernel.min()) < float(floor.step_us((), n_decode, last)):
                     low = self._floor_float(n_decode, decode_kv_tokens, n_steps)
                     kernel = np.maximum(kernel, low)
-        total = kernel + add
-        out = (total + 0.5).astype(np.int64)  # floor for x >= 0; the clamp covers the rest
+        kernel += add  # in place: every branch above made a new array
+        kernel += 0.5
+        out = kernel.astype(np.int64)  # floor for x >= 0; the clamp covers the rest
         np.maximum(out, 1, out=out)
         return out
 

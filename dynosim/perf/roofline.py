@@ -166,9 +166,9 @@ class RooflineStepTime:
         """
         if n_decode <= 0:
             return self.decode_run_us(n_decode, decode_kv_tokens, n_steps).astype(np.float64)
-        kv = np.arange(n_steps, dtype=np.float64)  # exact: integers below 2**53
-        kv *= n_decode
-        kv += decode_kv_tokens
+        # kv + i * n for each step i: exact (integers below 2**53), as the scalar path's
+        kv = np.arange(decode_kv_tokens, decode_kv_tokens + n_decode * n_steps, n_decode,
+                       dtype=np.float64)  # fmt: skip
         kv *= self._decode_per_kv
         kv += self._decode_const(n_decode)
         kv += 0.5
