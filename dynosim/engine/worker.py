@@ -161,17 +161,12 @@ class EngineWorker(Batch):
         return now_us >= self._sync_at
 
     def kv_load_range(self, now_us: int) -> tuple[float, float]:
-        """Bounds of :attr:`kv_load_blocks` after a :meth:`sync` at ``now_us``, without one.
-
-        A sync only adds held blocks, fewer than one per decoding request per ``block_size``
-        steps of the segment.
-        """
-        held, queued = self.kv.used, self.pending_prefill_blocks
-        low = held + queued + self.incoming_blocks
+        """Bounds of :attr:`kv_load_blocks` after a :meth:`sync` at ``now_us``, without one."""
+        low = self.kv_load_blocks
         if now_us < self._sync_at:
             return low, low
-        held += -(-(self._seg_steps - 1) // self.block_size) * self.n_paged - self._seg_demand
-        return low, held + queued + self.incoming_blocks
+        add = -(-(self._seg_steps - 1) // self.block_size) * self.n_paged - self._seg_demand
+        return low, self.kv.used + add + self.pending_prefill_blocks + self.incoming_blocks
 
     @property
     def in_segment(self) -> bool:
@@ -340,15 +335,11 @@ class EngineWorker(Batch):
         self._schedule(now + int(durs.sum()))
 
     def _ends(self) -> npt.NDArray[np.int64]:
-        """When each step of the current segment ends (built on first use).
-
-        Read by a bisection or an index or two per segment: cheaper on the array than a list.
-        """
+        """When each step of the current segment ends (built on first use)."""
         ends = self._seg_ends
-        if ends is None:
+        if ends is None:  # an array: a segment's few reads cost less than a list of its steps
             assert self._seg_durs is not None
-            ends = self._seg_ends = self._seg_durs.cumsum()
-            ends += self._seg_start
+            ends = self._seg_ends = self._seg_durs.cumsum() + self._seg_start
         return ends
 
     def _admissible_after(self, k: int) -> int:
@@ -406,5 +397,4 @@ class EngineWorker(Batch):
             self.kv.allocate(demand - self._seg_demand)
             self._seg_demand = demand
             self._seg_applied = started
-            k = self._seg_steps
-            self._sync_at = int(self._ends()[started - 1]) if started < k else _NEVER
+            self._sync_at = _NEVER if started >= self._seg_steps else int(self._ends()[started - 1])

@@ -177,7 +177,9 @@ class CalibratedStepTime:
             total = kernel + self.overhead.us(n_decode, n_decode)
             return max(1, math.floor(total + 0.5))
         n_requests = len(prefill) + n_decode
-        tokens = n_decode + sum(chunk for chunk, _ in prefill)
+        tokens = n_decode
+        for chunk, _ in prefill:  # a loop: no generator per step
+            tokens += chunk
         kernel = inner - self.inner_overhead.us(n_requests)
         decode = 0.0
         if n_decode > 0:

@@ -146,8 +146,9 @@ class LeastLoaded(_Indexed):
         if len(tied) == 1:
             return tied[0]
         # The KV tie-break from each tied worker's bounds (lowest upper bound first): a sync
-        # only raises a worker's KV, so one whose upper bound is below every other lower bound
-        # (or equal to those of higher indices) is the scan's pick; else sync them all.
+        # only raises a worker's KV (by at most a block per decoding request per block_size
+        # segment steps), so one whose upper bound is below every other lower bound (or equal
+        # to those of higher indices) is the scan's pick; else sync them all.
         c, top, lows = 0, _INF, []
         for t, i in enumerate(tied):
             lo, hi = workers[i].kv_load_range(now_us)
