@@ -162,11 +162,11 @@ class EngineWorker(Batch):
 
     def kv_load_range(self, now_us: int) -> tuple[float, float]:
         """Bounds of :attr:`kv_load_blocks` after a :meth:`sync` at ``now_us``, without one."""
-        low = self.kv_load_blocks
-        if now_us < self._sync_at:
-            return low, low
-        add = -(-(self._seg_steps - 1) // self.block_size) * self.n_paged - self._seg_demand
-        return low, self.kv.used + add + self.pending_prefill_blocks + self.incoming_blocks
+        held, queued = self.kv.used, self.pending_prefill_blocks  # kv_load_blocks' terms
+        low = held + queued + self.incoming_blocks
+        if now_us >= self._sync_at:  # a segment step started since: its blocks may come
+            held += -(-(self._seg_steps - 1) // self.block_size) * self.n_paged - self._seg_demand
+        return low, held + queued + self.incoming_blocks
 
     @property
     def in_segment(self) -> bool:
