@@ -220,6 +220,7 @@ SLICES: dict[str, Callable[[Measurement], str]] = {
         f"vllm {'async' if overlapped(m) else 'sync'}" if m.backend == "vllm" else ""
     ),
     "held out by name only": copy_of_calibration,
+    "speculative decoding": lambda m: str(m.speculative["method"]) if m.speculative else "",
 }
 
 

@@ -41,6 +41,8 @@ class Measurement:
             replica of ``tp``, ``ep``, ``moe_tp``, ``attention_dp``).
         recipe: The launch recipe whose flags ``engine`` and ``kv_cache_dtype`` hold
             (``path@commit``, :mod:`dynosim.validation.recipes`; "" when not known).
+        speculative: The row's speculative decoding, as a deployment's ``speculative``
+            section (None: none).
     """
 
     where: str
@@ -67,6 +69,7 @@ class Measurement:
     queued: int = 0
     pools: tuple[PoolShape, PoolShape] | None = None
     recipe: str = ""
+    speculative: dict[str, Any] | None = None
 
     @property
     def group(self) -> tuple[str, str, str, str]:

@@ -280,7 +280,7 @@ def _as_recipe_ran(m: Measurement, recipe: RowRecipe) -> Measurement:
     over the DP size (``TpModelWorker``); vLLM's ``--max-num-seqs`` and TRT-LLM's
     ``max_batch_size`` are per rank already.
     """
-    m = replace(m, concurrency=recipe.concurrency)
+    m = replace(m, concurrency=recipe.concurrency, speculative=recipe.speculative)
     if (p := recipe.parallel) is not None:
         m = replace(m, tp=p["tp"], ep=p["ep"], moe_tp=p["moe_tp"], attention_dp=p["attention_dp"])
     seqs = m.engine.get("max_num_seqs")

@@ -9,16 +9,22 @@ over the months the rows were measured: MiniMax-M2.5 on B200 ran vLLM with
 recipes (removed 2025-10-29) passed ``max-num-batched-tokens: 8192`` and an fp8 KV cache; the
 DeepSeek-R1 SGLang recipes an ``fp8_e4m3`` KV cache and ``--mem-fraction-static 0.82``.
 
-``data/inferencex_recipes.csv`` holds, for each aggregated single-node InferenceX row (by its
-``id``; 2,603 of the 2,701 rows that record a ``measured`` date), the flags of the recipe in
+``data/inferencex_recipes.csv`` holds, for 2,118 aggregated single-node InferenceX rows (by
+their ``id``, of the 2,701 that record a ``measured`` date), the flags of the recipe in
 effect on that date, resolved for the row's ISL, OSL, concurrency, TP, EP and DP attention (the
 recipes branch on them), the recipe's ``path@commit`` in InferenceX's history and the
 benchmark's concurrency (``conc``: the source's ``silicon_concurrency``; AIConfigurator's
 ``batch_size`` column is sometimes that over the DP size). It was made by running each recipe
 at its commit under bash with the server and client commands stubbed to print their arguments
 and the config files the recipe wrote; an empty cell is a flag the recipe leaves at the engine's
-default. Not in it: GB200 rows of the multi-node pipeline, disaggregated rows, and rows of
-NVIDIA's own campaigns (their ``measured`` date notwithstanding).
+default. A row ran a speculative-decoding recipe (``..._mtp.sh``: 174 rows, DeepSeek-R1 TRT-LLM
+and SGLang, Qwen3.5 SGLang) where the sweep config of that recipe explains it and the plain one
+does not: its container image (DeepSeek-R1 FP8 B200 TRT-LLM on 2026-02-05: ``1.2.0rc6.post3``,
+which only ``dsr1-fp8-b200-trt-mtp`` used) or its point of the sweep; AIConfigurator's row ids
+do not record it. Not in it: rows whose point lies outside that day's sweep or that ran from a
+pull-request branch, rows that both a plain and a speculative recipe explain (their recipe is
+not known), GB200 rows of the multi-node pipeline, disaggregated rows, and rows of NVIDIA's own
+campaigns (their ``measured`` date notwithstanding).
 
 :func:`recipe_flags` gives a row's flags as :class:`~dynosim.config.EngineConfig` fields, its
 KV-cache dtype and, for vLLM, the parallelism the command line asked for;
@@ -66,6 +72,9 @@ class RowRecipe:
             recipe passes nothing, :data:`ENGINE_DEFAULTS`).
         kv_cache_dtype: ``fp8`` when the recipe asks for it (None: the default).
         concurrency: The benchmark's concurrency.
+        speculative: The deployment's ``speculative`` section when the recipe speculates
+            (``mtp:N``: multi-token prediction with ``N`` draft tokens, at the MTP default
+            acceptance of :class:`~dynosim.config.SpeculativeConfig`).
         parallel: vLLM only: ``tp``, ``ep``, ``moe_tp``, ``attention_dp`` as the command line
             asks (``--tensor-parallel-size``, ``--data-parallel-size``,
             ``--enable-expert-parallel``): InferenceX's vLLM recipes for MiniMax-M2.5 and
@@ -77,6 +86,7 @@ class RowRecipe:
     engine: dict[str, Any] = field(default_factory=dict)
     kv_cache_dtype: str | None = None
     concurrency: int = 0
+    speculative: dict[str, Any] | None = None
     parallel: dict[str, int] | None = None
     source: str = ""
 
@@ -116,10 +126,15 @@ def _recipe(r: dict[str, str]) -> RowRecipe:
     elif backend == "sglang":
         put("scheduler_recv_interval", "scheduler_recv_interval", int)
         put("max_prefill_tokens", "max_prefill_tokens", int)
+    spec = None
+    if raw := r.get("speculative", "").strip():
+        method, n = raw.split(":")
+        spec = {"method": method, "num_speculative_tokens": int(n)}
     return RowRecipe(
         engine=engine,
         kv_cache_dtype=_KV_DTYPES[r["kv_cache_dtype"].strip().lower()],
         concurrency=int(r["conc"]),
+        speculative=spec,
         parallel=parallel,
         source=r["recipe"],
     )

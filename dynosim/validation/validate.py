@@ -182,6 +182,8 @@ def row_config(m: Measurement, timing: str = "aic") -> DeploymentConfig:
     }  # fmt: skip
     if m.attention_dp > 1:
         data["router"] = _dp_router(m.backend)
+    if m.speculative is not None:
+        data["speculative"] = m.speculative
     parallel = {"ep": m.ep, "moe_tp": m.moe_tp, "attention_dp": m.attention_dp,
                 "kv_cache_dtype": m.kv_cache_dtype}  # fmt: skip
     data |= {k: v for k, v in parallel.items() if v not in (None, 1)}

@@ -55,17 +55,16 @@ def test_llama_70b_b200_vllm_recipe() -> None:
 
 
 def test_deepseek_r1_b200_sglang_recipe() -> None:
-    """``dsr1_fp8_b200.sh`` at TP 8: ``--max-running-requests 128 --mem-fraction-static 0.82
-    --kv-cache-dtype fp8_e4m3 --chunked-prefill-size 32768 --max-prefill-tokens 32768
-    --scheduler-recv-interval 30`` (CONC >= 16) ``--disable-radix-cache``."""
-    m = _rows()["2026_03_25_deepseek_r1_b200_sxm_sglang_fp8_agg_1024x1024_c32_tp8_0_ep1_0_269"]
+    """``dsr1_fp8_b200.sh`` at TP 4 (8k/1k only): ``--max-running-requests 32
+    --mem-fraction-static 0.95 --kv-cache-dtype fp8_e4m3 --chunked-prefill-size 8192
+    --max-prefill-tokens 8192 --scheduler-recv-interval 10 --disable-radix-cache`` (TP 8 would
+    pass 128, 0.82, 32768 and an interval of 30 at CONC >= 16)."""
+    m = _rows()["2026_03_25_deepseek_r1_b200_sxm_sglang_fp8_agg_8192x1024_c16_tp4_0_ep1_0_297"]
     c = row_config(m)
     e = c.engine
-    assert (e.max_num_seqs, e.gpu_memory_utilization) == (128, 0.82)
-    assert e.max_num_batched_tokens == 32768
-    assert (e.max_prefill_tokens, e.scheduler_recv_interval, e.enable_prefix_caching) == (
-        32768, 30, False,
-    )  # fmt: skip
+    assert (e.max_num_seqs, e.gpu_memory_utilization) == (32, 0.95)
+    assert (e.max_num_batched_tokens, e.max_prefill_tokens) == (8192, 8192)
+    assert (e.scheduler_recv_interval, e.enable_prefix_caching) == (10, False)
     assert c.kv_dtype == "fp8"
 
 
@@ -76,6 +75,17 @@ def test_kimi_vllm_row_runs_as_its_command_line_asks() -> None:
     m = _rows()["kimik2_5_b200_vllm_fp4_agg_1024x8192_c4_cfg635"]
     assert (m.tp, m.ep, m.moe_tp, m.attention_dp, m.concurrency) == (4, 1, 4, 1, 4)
     assert row_config(m).engine.max_num_seqs == 4  # --max-num-seqs $CONC
+
+
+def test_a_speculative_recipe_row_speculates() -> None:
+    """DeepSeek-R1 FP8 B200 TRT-LLM, 2026-02-05, image ``1.2.0rc6.post3``: only the MTP sweep
+    (``dsr1-fp8-b200-trt-mtp``, commit 5d517074c) ran that image; its recipe
+    ``dsr1_fp8_b200_trt_mtp.sh`` passes ``num_nextn_predict_layers: 3``."""
+    m = _rows()["2026_04_06_deepseek_r1_b200_sxm_trtllm_fp8_agg_1024x8192_c4_tp8_ep1_68"]
+    assert m.recipe.startswith("benchmarks/dsr1_fp8_b200_trt_mtp.sh@")
+    spec = row_config(m).speculative
+    assert spec is not None
+    assert (spec.method, spec.num_speculative_tokens) == ("mtp", 3)
 
 
 def test_rows_without_a_known_recipe_keep_the_generic_one() -> None:
