@@ -324,20 +324,34 @@ class Simulation:
 
     # -------------------------------------------------------------- disaggregation
     def _on_prefilled(self, pr: RunningRequest, now: int) -> None:
-        """A prefill leg is done: pick the decode worker and send the KV cache to it."""
+        """A prefill leg is done: hand it over at the end of this instant (:meth:`_on_handover`).
+
+        The prefill worker's step boundary calls this, and the decode workers' boundaries of
+        the same instant may not have run yet (boundaries run in the order they were
+        scheduled). Routing here would let a fast-forwarded decode worker, brought up to
+        ``now`` by a sync, show the router a step that a stepped one had not started yet; after
+        every boundary of the instant both show the same state.
+        """
         rid = pr.req.id
         if self.entry.draining:
             self.entry.check_drained(self.entry.workers[self.rec.prefill_worker[rid]], now)
-        assert self.links is not None
-        remote = pr.req.input_tokens - 1
-        rr = self._leg(rid, remote=remote)
+        rr = self._leg(rid, remote=pr.req.input_tokens - 1)
         rr.cached_tokens = pr.cached_tokens
+        self.rec.state[rid] = rr
+        Timer(self.env, now, rid, self._on_handover, NORMAL)
+
+    def _on_handover(self, ev: Timer) -> None:
+        """Pick the prefilled request's decode worker and send the KV cache to it."""
+        rid, now = ev.version, int(self.env.now)
+        rr = self.rec.state[rid]
+        assert rr is not None
+        assert self.links is not None
+        remote = rr.remote
         if self.rec.worker[rid] >= 0:
             w = self.decode.workers[self.rec.worker[rid]]
         else:
             w = self.decode.route(rr, now)
             self._commit(rid, w)
-        self.rec.state[rid] = rr
         arrive = self.links.reserve(w.index, now, remote)
         self.rec.transfer_us[rid] = arrive - now
         Timer(self.env, arrive, rid, self._on_transferred, NORMAL)

@@ -334,3 +334,40 @@ def test_disaggregated_aic_step_times_under_kv_pressure() -> None:
     assert fast.metrics.completed_requests == len(reqs)
     assert fast.steps == slow.steps
     assert fast.events < slow.events  # segments ran fast-forwarded
+
+
+@pytest.mark.parametrize(("seed", "rate", "latency_us"), [(0, 50, 1000), (2, 400, 3000)])
+@pytest.mark.parametrize("decode_router", ["least_loaded", "kv_load", "kv_aware"])
+def test_handover_sees_the_decode_workers_after_every_boundary_of_its_instant(
+    decode_router: str, seed: int, rate: int, latency_us: int
+) -> None:
+    # Every step lasts exactly 0.5 ms, so prefill workers finish prompts at the instants the
+    # decode workers' steps start. The decode router reads those workers' KV: a stepped worker
+    # shows a step of that instant only once its boundary has run, a fast-forwarded one once a
+    # sync brought it up to the instant. The handover runs after every boundary of its instant;
+    # it ran inside the prefill worker's boundary, before some decode boundaries of the same
+    # instant, and least_loaded's KV tie-break differed between the modes in both cases here
+    # (found by a search over seeds, rates and link latencies).
+    cfg = DeploymentConfig.from_dict(
+        {
+            "model": "meta-llama/Meta-Llama-3.1-8B",
+            "gpu": "h200_sxm",
+            "mode": "disagg",
+            "engine": {"max_num_seqs": 16, "max_num_batched_tokens": 4096, "block_size": 16},
+            "prefill": {"workers": 2},
+            "decode": {"workers": 3},
+            "router": "round_robin",
+            "decode_router": decode_router,
+            "kv_transfer": {"gbps": 1e6, "latency_us": latency_us},
+        }
+    )
+    step = LinearStepTime(base_us=500.0, per_token_us=0.0, per_kv_token_us=0.0, per_seq_us=0.0)
+    perf = {
+        name: DeploymentPerf(step, 4000, gpu_hour_usd=1.0, kv_bytes_per_token=1)
+        for name in ("prefill", "decode")
+    }
+    reqs = make_requests(300, rate_rps=rate, seed=seed, groups=4, input_range=(16, 600),
+                         output_range=(20, 300))  # fmt: skip
+    fast, slow = (Simulation(cfg, reqs, fast_forward=ff, perf=perf).run() for ff in (True, False))
+    assert fast.records.equal(slow.records)
+    assert fast.events < slow.events
