@@ -81,6 +81,9 @@ class RowRecipe:
             Kimi-K2.5 ignore the sweep's DP-attention setting, which AIConfigurator's rows
             encode as ``attention_dp`` (None for the other backends).
         source: The recipe, ``path@commit`` in InferenceX's history.
+        row: The row the recipe was resolved for: ``model_path``, ``system``, ``backend``,
+            ``precision``, ``isl``, ``osl`` as ``silicon_sample.csv`` spells them
+            (:meth:`fits` checks a row against it).
     """
 
     engine: dict[str, Any] = field(default_factory=dict)
@@ -89,6 +92,19 @@ class RowRecipe:
     speculative: dict[str, Any] | None = None
     parallel: dict[str, int] | None = None
     source: str = ""
+    row: tuple[str, ...] = ()
+
+    def fits(self, r: dict[str, str]) -> bool:
+        """Whether the CSV row ``r`` is the one this recipe was resolved for.
+
+        A file that reuses an id for another point (an edited copy of the sample) keeps the
+        generic recipe rather than this one's concurrency, parallelism and flags.
+        """
+        return self.row == tuple((r.get(k) or "").strip() for k in _ROW_FIELDS)
+
+
+_ROW_FIELDS = ("model_path", "system", "backend", "precision", "isl", "osl")
+"""The ``silicon_sample.csv`` columns a recipe's row is identified by, besides its id."""
 
 
 def recipe_flags(row_id: str) -> RowRecipe | None:
@@ -135,6 +151,7 @@ def _recipe(r: dict[str, str]) -> RowRecipe:
         kv_cache_dtype=_KV_DTYPES[r["kv_cache_dtype"].strip().lower()],
         concurrency=int(r["conc"]),
         speculative=spec,
+        row=(r["model"], r["system"], backend, r["precision"], r["isl"], r["osl"]),
         parallel=parallel,
         source=r["recipe"],
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import functools
+from pathlib import Path
 
 import pytest
 
@@ -88,9 +89,19 @@ def test_a_speculative_recipe_row_speculates() -> None:
     assert (spec.method, spec.num_speculative_tokens) == ("mtp", 3)
 
 
-def test_rows_without_a_known_recipe_keep_the_generic_one() -> None:
-    """Not InferenceX's, or not resolved to a recipe: no table entry."""
+def test_rows_without_a_known_recipe_keep_the_generic_one(tmp_path: Path) -> None:
+    """Not InferenceX's, or not resolved to a recipe: no table entry; a file that reuses a
+    table row's id for another point keeps the generic recipe."""
     assert recipe_flags("no-such-row") is None
+    src = silicon_csv().read_text(encoding="utf-8").splitlines(keepends=True)
+    row_id = "kimik2_5_b200_vllm_fp4_agg_1024x8192_c4_cfg635"
+    line = next(x for x in src if x.startswith(row_id + ","))
+    edited = tmp_path / "edited.csv"
+    edited.write_text(src[0] + line.replace(",1024,8192,", ",2048,8192,", 1), encoding="utf-8")
+    (m,) = read_measurements(edited)
+    assert (m.isl, m.recipe) == (2048, "")
+    (m,) = read_measurements(_write(tmp_path / "same.csv", src[0] + line))
+    assert m.recipe.startswith("benchmarks/single_node/kimik2.5_fp4_b200.sh@")
     own = [m for m in _rows().values() if m.client is None]
     assert own
     assert not any(m.recipe for m in own)
@@ -102,3 +113,8 @@ def test_table_spellings_are_known(column: str) -> None:
         values = {r[column] for r in csv.DictReader(f)}
     allowed = {"kv_cache_dtype": {"", "fp8", "fp8_e4m3", "auto"}}.get(column, {"", "true", "false"})
     assert values <= allowed
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
