@@ -138,7 +138,7 @@ class LeastLoaded(_Indexed):
             return self._scan.route(rr, workers, now_us)
         low, tied = 1 << 62, []
         for i, w in enumerate(workers):
-            n = len(w.running) + len(w.waiting) + len(w.inbox) + w.incoming  # outstanding
+            n = w.outstanding
             if n < low:
                 low, tied = n, [i]
             elif n == low:

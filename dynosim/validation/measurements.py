@@ -238,9 +238,7 @@ def _silicon(path: Path, line: int, r: dict[str, str]) -> Measurement:
     )
     if base.backend == "vllm" and client is None and _before(r.get("backend_version"), (0, 14)):
         base = replace(base, engine={"async_scheduling": False})
-    recipe = recipe_flags(r.get("id") or "") if client == "inferencex" else None
-    if recipe is not None and not recipe.fits(r):
-        recipe = None
+    recipe = recipe_flags(r) if client == "inferencex" else None
     if recipe is not None:
         base = replace(base, engine={**base.engine, **recipe.engine}, recipe=recipe.source)
     if base.mode == "disagg":

@@ -107,9 +107,13 @@ _ROW_FIELDS = ("model_path", "system", "backend", "precision", "isl", "osl")
 """The ``silicon_sample.csv`` columns a recipe's row is identified by, besides its id."""
 
 
-def recipe_flags(row_id: str) -> RowRecipe | None:
-    """The recipe flags of the InferenceX row ``row_id`` (None: not in the table)."""
-    return _table().get(row_id)
+def recipe_flags(r: dict[str, str]) -> RowRecipe | None:
+    """The recipe of the ``silicon_sample.csv`` row ``r`` (None: none known).
+
+    None also when the table's row of that id is another point (:meth:`RowRecipe.fits`).
+    """
+    recipe = _table().get(r.get("id") or "")
+    return recipe if recipe is not None and recipe.fits(r) else None
 
 
 @functools.lru_cache(maxsize=1)
@@ -143,7 +147,7 @@ def _recipe(r: dict[str, str]) -> RowRecipe:
         put("scheduler_recv_interval", "scheduler_recv_interval", int)
         put("max_prefill_tokens", "max_prefill_tokens", int)
     spec = None
-    if raw := r.get("speculative", "").strip():
+    if raw := r["speculative"].strip():
         method, n = raw.split(":")
         spec = {"method": method, "num_speculative_tokens": int(n)}
     return RowRecipe(

@@ -42,11 +42,15 @@ def _run(
     *,
     timelines: list[object] | None = None,
     warmup: int = 0,
+    step: LinearStepTime | None = None,
 ) -> tuple[SimResult, list[int]]:
-    """The result and each worker's ``busy_us`` (``timelines`` gets each pool's GPU changes)."""
+    """The result and each worker's ``busy_us`` (``timelines`` gets each pool's GPU changes).
+
+    ``step``: every pool's step times (default: :class:`LinearStepTime`'s own).
+    """
     blocks = kv_blocks if isinstance(kv_blocks, dict) else {n: kv_blocks for n, _ in cfg.pools()}
     perf = {
-        name: DeploymentPerf(LinearStepTime(), blocks[name], gpu_hour_usd=1.0,
+        name: DeploymentPerf(step or LinearStepTime(), blocks[name], gpu_hour_usd=1.0,
                              kv_bytes_per_token=4096)
         for name, _ in cfg.pools()
     }  # fmt: skip
@@ -362,12 +366,10 @@ def test_handover_sees_the_decode_workers_after_every_boundary_of_its_instant(
         }
     )
     step = LinearStepTime(base_us=500.0, per_token_us=0.0, per_kv_token_us=0.0, per_seq_us=0.0)
-    perf = {
-        name: DeploymentPerf(step, 4000, gpu_hour_usd=1.0, kv_bytes_per_token=1)
-        for name in ("prefill", "decode")
-    }
     reqs = make_requests(300, rate_rps=rate, seed=seed, groups=4, input_range=(16, 600),
                          output_range=(20, 300))  # fmt: skip
-    fast, slow = (Simulation(cfg, reqs, fast_forward=ff, perf=perf).run() for ff in (True, False))
+    (fast, fast_busy), (slow, slow_busy) = (_run(cfg, reqs, 4000, ff, step=step)
+                                            for ff in (True, False))  # fmt: skip
     assert fast.records.equal(slow.records)
+    assert fast_busy == slow_busy
     assert fast.events < slow.events

@@ -92,7 +92,7 @@ def test_a_speculative_recipe_row_speculates() -> None:
 def test_rows_without_a_known_recipe_keep_the_generic_one(tmp_path: Path) -> None:
     """Not InferenceX's, or not resolved to a recipe: no table entry; a file that reuses a
     table row's id for another point keeps the generic recipe."""
-    assert recipe_flags("no-such-row") is None
+    assert recipe_flags({"id": "no-such-row"}) is None
     src = silicon_csv().read_text(encoding="utf-8").splitlines(keepends=True)
     row_id = "kimik2_5_b200_vllm_fp4_agg_1024x8192_c4_cfg635"
     line = next(x for x in src if x.startswith(row_id + ","))
