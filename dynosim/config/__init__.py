@@ -24,6 +24,7 @@ from dynosim.config.deployment import (
     DType,
     KVDType,
     Mode,
+    MoEActivation,
     SLOConfig,
     Timing,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "KVRouterConfig",
     "KVTransferConfig",
     "Link",
+    "MoEActivation",
     "Mode",
     "PlannerConfig",
     "PlannerPolicy",

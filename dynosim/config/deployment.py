@@ -43,6 +43,8 @@ Timing = Literal["aic", "roofline"]
 AicDatabaseMode = Literal["hybrid", "silicon"]
 DType = Literal["bf16", "fp8", "fp8_block", "nvfp4", "mxfp4", "int4_wo"]
 KVDType = Literal["bf16", "fp8"]
+MoEActivation = Literal["bf16", "mxfp8"]
+"""Activation precision of MXFP4 experts (``moe_activation``)."""
 Mode = Literal["agg", "disagg"]
 
 PER_POOL_FIELDS = ("tp", "workers", "ep", "moe_tp", "attention_dp")
@@ -103,6 +105,7 @@ class DeploymentConfig:
     moe_tp: int | None = None
     attention_dp: int = 1
     kv_cache_dtype: KVDType | None = None
+    moe_activation: MoEActivation | None = None
     host: HostConfig | None = None
     speculative: SpeculativeConfig | None = None
     aic_database_mode: AicDatabaseMode = "hybrid"
@@ -121,8 +124,7 @@ class DeploymentConfig:
         choice("decode_router", self.decode_router, get_args(RouterName))
         check_tp("tp", self.tp)
         integer("workers", self.workers, 1, 100_000)
-        if self.kv_cache_dtype is not None:
-            choice("kv_cache_dtype", self.kv_cache_dtype, get_args(KVDType))
+        self._check_element_types()
         integer("max_local_prefill_tokens", self.max_local_prefill_tokens, 0, 1 << 30)
         if self.mode == "disagg":
             for name in ("prefill", "decode"):
@@ -155,6 +157,17 @@ class DeploymentConfig:
         ):
             raise ConfigError("calibration", self.calibration, "the path of a profile YAML file")
         check_host(self.backend, self.host)
+
+    def _check_element_types(self) -> None:
+        """The KV cache's and (MXFP4 experts only) the MoE activations' element types."""
+        if self.kv_cache_dtype is not None:
+            choice("kv_cache_dtype", self.kv_cache_dtype, get_args(KVDType))
+        if self.moe_activation is not None:
+            choice("moe_activation", self.moe_activation, get_args(MoEActivation))
+            if self.dtype != "mxfp4":
+                raise ConfigError(
+                    "moe_activation", self.moe_activation, "unset unless dtype: mxfp4 (experts)"
+                )
 
     def _check_engines(self) -> None:
         """Backend-specific engine fields only with their backend (pool engines too)."""

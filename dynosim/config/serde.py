@@ -22,6 +22,7 @@ LEFT_OUT_AT_DEFAULT: dict[str, object] = {
     "moe_tp": None,
     "attention_dp": 1,
     "kv_cache_dtype": None,
+    "moe_activation": None,
     "host": None,
 }
 """Fields newer than the first configs, left out of ``to_dict`` at these defaults (in a

@@ -43,6 +43,8 @@ class Measurement:
             (``path@commit``, :mod:`dynosim.validation.recipes`; "" when not known).
         speculative: The row's speculative decoding, as a deployment's ``speculative``
             section (None: none).
+        moe_activation: The activation precision of MXFP4 experts when the recipe sets it
+            (a deployment's ``moe_activation``; None: the backend's default).
     """
 
     where: str
@@ -70,6 +72,7 @@ class Measurement:
     pools: tuple[PoolShape, PoolShape] | None = None
     recipe: str = ""
     speculative: dict[str, Any] | None = None
+    moe_activation: str | None = None
 
     @property
     def group(self) -> tuple[str, str, str, str]:

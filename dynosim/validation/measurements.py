@@ -236,6 +236,8 @@ def _silicon(path: Path, line: int, r: dict[str, str]) -> Measurement:
         warmups=warmups,
         source=source.split(";", 1)[0].strip().removeprefix("source_file="),
     )
+    if client == "inferencex" and base.mode == "agg" and base.gpu in _DISAGG_ONLY_SYSTEMS:
+        return replace(base, refused=_DISAGG_ONLY_WHY.format(gpu=base.gpu, tp=base.tp))
     if base.backend == "vllm" and client is None and _before(r.get("backend_version"), (0, 14)):
         base = replace(base, engine={"async_scheduling": False})
     recipe = recipe_flags(r) if client == "inferencex" else None
@@ -280,7 +282,12 @@ def _as_recipe_ran(m: Measurement, recipe: RowRecipe) -> Measurement:
     over the DP size (``TpModelWorker``); vLLM's ``--max-num-seqs`` and TRT-LLM's
     ``max_batch_size`` are per rank already.
     """
-    m = replace(m, concurrency=recipe.concurrency, speculative=recipe.speculative)
+    m = replace(
+        m,
+        concurrency=recipe.concurrency,
+        speculative=recipe.speculative,
+        moe_activation=recipe.moe_activation,
+    )
     if (p := recipe.parallel) is not None:
         m = replace(m, tp=p["tp"], ep=p["ep"], moe_tp=p["moe_tp"], attention_dp=p["attention_dp"])
     seqs = m.engine.get("max_num_seqs")
@@ -306,6 +313,25 @@ def _before(version: str | None, release: tuple[int, int]) -> bool:
     """
     found = re.match(r"(\d+)\.(\d+)", (version or "").strip())
     return found is not None and (int(found.group(1)), int(found.group(2))) < release
+
+
+_DISAGG_ONLY_SYSTEMS = frozenset({"gb200", "gb300"})
+"""Systems InferenceX benchmarked only as multi-node disaggregated Dynamo deployments.
+
+Its GB200 runner (``runners/launch_gb200-nv.sh``, commit 0ba7aa3 of 2025-11-17) launches every
+DeepSeek-R1 point through ``submit_disagg.sh``: context servers of 4 GPUs (one tray) and
+generation servers of TP 8-32, e.g. 8k/1k c = 2150 as 6 context + 1 DEP-8 generation server
+= 32 GPUs. AIConfigurator's ``2026-04-06.csv`` rows record some of these as ``agg`` with that
+total in ``tp_size`` (12, 20, 24, 28, 32, 36, 40, 48, 52, 64, 72 = 4 x context + generation
+GPUs): an aggregated replay on that many GPUs is not the deployment that ran, and its pools
+are not in the row. Such rows are refused, not replayed.
+"""
+
+_DISAGG_ONLY_WHY = (
+    "mode agg on {gpu}: InferenceX ran {gpu} only as disaggregated multi-node deployments "
+    "(runners/launch_gb200-nv.sh: submit_disagg.sh); tp_size {tp} is their total GPU count "
+    "and the row records no prefill/decode pools"
+)
 
 
 def _internal(source: str) -> bool:

@@ -10,18 +10,20 @@ recipes (removed 2025-10-29) passed ``max-num-batched-tokens: 8192`` and an fp8 
 DeepSeek-R1 SGLang recipes an ``fp8_e4m3`` KV cache and ``--mem-fraction-static 0.82``.
 
 ``data/inferencex_recipes.csv`` holds, for 2,118 aggregated single-node InferenceX rows (by
-their ``id``, of the 2,701 that record a ``measured`` date), the flags of the recipe in
-effect on that date, resolved for the row's ISL, OSL, concurrency, TP, EP and DP attention (the
-recipes branch on them), the recipe's ``path@commit`` in InferenceX's history and the
-benchmark's concurrency (``conc``: the source's ``silicon_concurrency``; AIConfigurator's
-``batch_size`` column is sometimes that over the DP size). It was made by running each recipe
-at its commit under bash with the server and client commands stubbed to print their arguments
-and the config files the recipe wrote; an empty cell is a flag the recipe leaves at the engine's
-default. A row ran a speculative-decoding recipe (``..._mtp.sh``: 174 rows, DeepSeek-R1 TRT-LLM
-and SGLang, Qwen3.5 SGLang) where the sweep config of that recipe explains it and the plain one
-does not: its container image (DeepSeek-R1 FP8 B200 TRT-LLM on 2026-02-05: ``1.2.0rc6.post3``,
-which only ``dsr1-fp8-b200-trt-mtp`` used) or its point of the sweep; AIConfigurator's row ids
-do not record it. Not in it: rows whose point lies outside that day's sweep or that ran from a
+their ``id``, of the 2,701 that record a ``measured`` date), the flags of the recipe in effect
+on that date, resolved for the row's ISL, OSL, concurrency, TP, EP and DP attention (the recipes
+branch on them), the recipe's ``path@commit`` in InferenceX's history and the benchmark's
+concurrency (``conc``: the source's ``silicon_concurrency``; AIConfigurator's ``batch_size``
+column is sometimes that over the DP size). It was made by running each recipe at its commit
+under bash with the server and client commands stubbed to print their arguments and the config
+files the recipe wrote; an empty cell is a flag the recipe leaves at the engine's default.
+``moe_activation`` is ``mxfp8`` where the recipe exports
+``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1`` (read from the recipe's text at its commit). A row ran
+a speculative-decoding recipe (``..._mtp.sh``: 174 rows, DeepSeek-R1 TRT-LLM and SGLang, Qwen3.5
+SGLang) where the sweep config of that recipe explains it and the plain one does not: its
+container image (DeepSeek-R1 FP8 B200 TRT-LLM on 2026-02-05: ``1.2.0rc6.post3``, which only
+``dsr1-fp8-b200-trt-mtp`` used) or its point of the sweep; AIConfigurator's row ids do not
+record it. Not in it: rows whose point lies outside that day's sweep or that ran from a
 pull-request branch, rows that both a plain and a speculative recipe explain (their recipe is
 not known), GB200 rows of the multi-node pipeline, disaggregated rows, and rows of NVIDIA's own
 campaigns (their ``measured`` date notwithstanding).
@@ -80,6 +82,9 @@ class RowRecipe:
             ``--enable-expert-parallel``): InferenceX's vLLM recipes for MiniMax-M2.5 and
             Kimi-K2.5 ignore the sweep's DP-attention setting, which AIConfigurator's rows
             encode as ``attention_dp`` (None for the other backends).
+        moe_activation: ``mxfp8`` when the recipe runs MXFP4 experts on MXFP8 activations
+            (``export VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``: every gpt-oss B200 vLLM recipe);
+            None: the backend's default.
         source: The recipe, ``path@commit`` in InferenceX's history.
         row: The row the recipe was resolved for: ``model_path``, ``system``, ``backend``,
             ``precision``, ``isl``, ``osl`` as ``silicon_sample.csv`` spells them
@@ -91,6 +96,7 @@ class RowRecipe:
     concurrency: int = 0
     speculative: dict[str, Any] | None = None
     parallel: dict[str, int] | None = None
+    moe_activation: str | None = None
     source: str = ""
     row: tuple[str, ...] = ()
 
@@ -157,5 +163,6 @@ def _recipe(r: dict[str, str]) -> RowRecipe:
         speculative=spec,
         row=(r["model"], r["system"], backend, r["precision"], r["isl"], r["osl"]),
         parallel=parallel,
+        moe_activation=r["moe_activation"].strip() or None,
         source=r["recipe"],
     )

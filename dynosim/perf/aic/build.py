@@ -31,7 +31,14 @@ import numpy as np
 import numpy.typing as npt
 
 from dynosim.errors import ConfigError
-from dynosim.perf.aic.key import AicKey, _quiet, quant_modes
+from dynosim.perf.aic.key import (
+    MXFP4_MXFP8,
+    QUANT_MODES,
+    AicKey,
+    _query_version,
+    _quiet,
+    quant_modes,
+)
 from dynosim.perf.aic.named import NamedOps
 from dynosim.perf.model_config import max_context
 
@@ -90,6 +97,8 @@ def _compile(key: AicKey, mode: str = "SILICON") -> tuple[Any, str]:
     format) their MoE is timed with AIConfigurator's per-tensor FP8 MoE kernels instead.
     """
     gemm, moe = quant_modes(key)
+    if key.backend == "vllm" and moe == MXFP4_MXFP8:
+        return _experts_from_trtllm(key, mode, gemm)
     try:
         return _compile_as(key, mode, gemm, moe), ""
     except ConfigError as err:
@@ -101,6 +110,36 @@ def _compile(key: AicKey, mode: str = "SILICON") -> tuple[Any, str]:
             raise
         reason = str(err.allowed).rsplit(": ", 1)[-1].removesuffix(")")
         return _compile_as(key, mode, gemm, "fp8"), f"{reason} MoE timed as per-tensor FP8"
+
+
+def _experts_from_trtllm(key: AicKey, mode: str, gemm: str) -> tuple[Any, str]:
+    """VLLM's engine with its routed experts timed as TensorRT-LLM's MXFP4 x MXFP8 kernel.
+
+    With ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1`` vLLM runs MXFP4 experts on Blackwell with
+    FlashInfer's ``trtllm_fp4_block_scale_moe`` on MXFP8-quantised activations
+    (``SM100_FI_MXFP4_MXFP8_TRTLLM``), the TRT-LLM-gen kernel TensorRT-LLM's TRTLLM MoE backend
+    runs; AIConfigurator measures that kernel for TensorRT-LLM only (its vLLM tables hold the
+    default BF16-activation variant). Only the routed-expert op is taken from TensorRT-LLM's
+    tables; every other op stays vLLM's. Measurements of the kernel that runs, so not marked
+    as an estimate.
+    """
+    own = _compile_as(key, mode, gemm, QUANT_MODES["mxfp4"][1])
+    trt = dataclasses.replace(
+        key, backend="trtllm", backend_version=_query_version(key.gpu, "trtllm")
+    )
+    theirs = _compile_as(trt, mode, gemm, MXFP4_MXFP8)
+    moved: dict[str, set[int]] = {}
+    with _quiet():
+        for phase in ("context", "generation"):
+            evaluate = functools.partial(getattr(own, f"evaluate_{phase}_ops"), batch_size=1, s=16)
+            other = functools.partial(getattr(theirs, f"evaluate_{phase}_ops"), batch_size=1, s=16)
+            names = [str(op[0]) for op in _probe_ops(evaluate)]
+            if names != [str(op[0]) for op in _probe_ops(other)]:
+                raise ConfigError(
+                    "timing", "aic", "roofline (vLLM's and TensorRT-LLM's op lists differ)"
+                )
+            moved[phase] = {i for i, name in enumerate(names) if name.endswith("_moe")}
+    return _MoeFrom(own, theirs, moved["context"], moved["generation"]), ""
 
 
 def _compile_as(key: AicKey, mode: str, gemm: str, moe: str | None) -> Any:

@@ -55,7 +55,7 @@ QUANT_MODES: dict[str, tuple[str, str | None]] = {
 # TensorRT-LLM runs MXFP4 experts with MXFP8 activations on Blackwell (its default TRTLLM MoE
 # backend) and with BF16 activations on Hopper (TRITON): the "MoE Backend Support Matrix" of
 # TensorRT-LLM's "Deployment Guide for GPT-OSS on TensorRT-LLM - Blackwell Hardware".
-_MXFP4_MXFP8 = "w4a8_mxfp4_mxfp8"
+MXFP4_MXFP8 = "w4a8_mxfp4_mxfp8"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +73,7 @@ class AicKey:
     attention_dp: int = 1
     kv_dtype: str = "bf16"
     database_mode: AicDatabaseMode = "hybrid"
+    moe_activation: str | None = None
 
     def filename(self) -> str:
         """Cache file name (model ids have their slash replaced).
@@ -107,7 +108,13 @@ def _quiet() -> Iterator[None]:
 def resolve_key(config: DeploymentConfig) -> AicKey:
     """The table key of ``config``, or ConfigError if AIConfigurator cannot time it."""
     model = model_spec(config.model)
-    gpu_spec(config.gpu).flops(config.dtype)
+    gpu = gpu_spec(config.gpu)
+    gpu.flops(config.dtype)
+    if config.moe_activation == "mxfp8" and not gpu.fp4_flops:
+        raise ConfigError(
+            "moe_activation", "mxfp8", f"bf16 on {config.gpu} (MXFP8 activations with MXFP4 "
+            "experts run on GPUs with FP4 tensor cores only: Blackwell)"
+        )  # fmt: skip
     if model.aic_name is None:
         raise ConfigError(
             "timing", "aic", f"roofline (AIConfigurator has no data for model {config.model})"
@@ -125,6 +132,7 @@ def resolve_key(config: DeploymentConfig) -> AicKey:
         attention_dp=config.attention_dp,
         kv_dtype=config.kv_dtype,
         database_mode=config.aic_database_mode,
+        moe_activation=config.moe_activation,
     )
 
 
@@ -164,8 +172,19 @@ def _query_version(gpu: str, backend: str) -> str:
 
 
 def quant_modes(key: AicKey) -> tuple[str, str | None]:
-    """AIConfigurator's (GEMM, MoE) quant modes for ``key``'s dtype on its backend and GPU."""
+    """AIConfigurator's (GEMM, MoE) quant modes for ``key``'s dtype on its backend and GPU.
+
+    MXFP4 experts take the deployment's ``moe_activation`` if it names one, else the backend's
+    default: MXFP8 activations for TensorRT-LLM on Blackwell, BF16 otherwise (vLLM's default
+    SM100 backend is FlashInfer's TRT-LLM-gen kernel with BF16 activations; its
+    ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1`` selects the MXFP8 one: ``get_mxfp4_backend``,
+    ``vllm/model_executor/layers/quantization/mxfp4.py``).
+    """
     gemm, moe = QUANT_MODES[key.dtype]
-    if key.dtype == "mxfp4" and key.backend == "trtllm" and gpu_spec(key.gpu).fp4_flops:
-        return gemm, _MXFP4_MXFP8  # Blackwell: the only GPUs with FP4 tensor cores
+    if key.dtype != "mxfp4":
+        return gemm, moe
+    if key.moe_activation is not None:
+        return gemm, MXFP4_MXFP8 if key.moe_activation == "mxfp8" else moe
+    if key.backend == "trtllm" and gpu_spec(key.gpu).fp4_flops:
+        return gemm, MXFP4_MXFP8  # Blackwell: the only GPUs with FP4 tensor cores
     return gemm, moe

@@ -9,6 +9,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,7 @@ from dynosim.config import DeploymentConfig
 from dynosim.errors import ConfigError
 from dynosim.perf import aic
 from dynosim.perf.aic import AicStepTime, EstimatedTimingWarning, check_key, quant_modes
-from dynosim.perf.aic.build import _compile, _moe_as_expert_parallel
+from dynosim.perf.aic.build import _compile, _moe_as_expert_parallel, _probe_ops
 from dynosim.perf.aic.cache import _build_or_error
 from dynosim.validation.silicon import parse_row
 
@@ -95,6 +96,56 @@ def test_trtllm_runs_mxfp4_experts_with_mxfp8_activations_on_blackwell_only() ->
         model="openai/gpt-oss-120b", gpu="h200_sxm", backend="trtllm", dtype="mxfp4"
     ))  # fmt: skip
     assert "_moe-" not in hopper.filename()
+
+
+def test_vllm_mxfp8_activations_time_the_experts_with_the_trtllm_gen_kernel(
+    fresh_cache: Path,
+) -> None:
+    """``moe_activation: mxfp8`` on vLLM (``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``): every op
+    is vLLM's but the routed experts, which are TensorRT-LLM's measured MXFP4 x MXFP8 kernel.
+    So the step's non-attention time moves by exactly the two kernels' difference."""
+
+    def cfg(backend: str, act: str | None) -> DeploymentConfig:
+        return DeploymentConfig(
+            model="openai/gpt-oss-120b", gpu="b200_sxm", backend=backend, dtype="mxfp4",
+            moe_activation=act,  # type: ignore[arg-type]
+        )  # fmt: skip
+
+    default, mxfp8 = aic.resolve_key(cfg("vllm", None)), aic.resolve_key(cfg("vllm", "mxfp8"))
+    assert quant_modes(default)[1] == "w4a16_mxfp4"  # vLLM's default SM100 kernel: BF16 in
+    assert quant_modes(mxfp8)[1] == "w4a8_mxfp4_mxfp8"
+    assert default.filename() != mxfp8.filename()
+    assert aic.resolve_key(cfg("vllm", "bf16")).filename() == default.filename()
+    trt, _ = _compile(aic.resolve_key(cfg("trtllm", None)))
+    own, _ = _compile(default)
+    mixed, note = _compile(mxfp8)
+    assert note == ""  # measured kernels: not an estimate
+
+    def ops(h: Any, phase: str, n: int) -> list[tuple[str, float]]:
+        kw = {"batch_size": 1, "s": n, "x": n} if phase == "context" else {"batch_size": n, "s": 1}
+        evaluate = getattr(h, f"evaluate_{phase}_ops")
+        return [(str(o[0]), float(o[1])) for o in _probe_ops(lambda i: evaluate(i, **kw))]
+
+    for phase, n in (("context", 256), ("context", 8192), ("generation", 16)):
+        got, vllm, theirs = ops(mixed, phase, n), ops(own, phase, n), ops(trt, phase, n)
+        experts = [i for i, (name, _) in enumerate(got) if name.endswith("_moe")]
+        assert len(experts) == 1
+        for i, op in enumerate(got):
+            assert op == (theirs[i] if i in experts else vllm[i])
+        assert got[experts[0]][1] < vllm[experts[0]][1]  # MXFP8 activations: the faster kernel
+    assert aic.aic_tables(mxfp8)["nonattn_us"][-1] < aic.aic_tables(default)["nonattn_us"][-1]
+
+
+def test_moe_activation_is_checked_before_anything_runs() -> None:
+    base = {"model": "openai/gpt-oss-120b", "gpu": "h200_sxm", "backend": "vllm"}
+    with pytest.raises(ConfigError, match=r"moe_activation: got 'fp8'; allowed: bf16 \| mxfp8"):
+        DeploymentConfig.from_dict({**base, "dtype": "mxfp4", "moe_activation": "fp8"})
+    with pytest.raises(ConfigError, match="unset unless dtype: mxfp4"):
+        DeploymentConfig.from_dict({**base, "dtype": "bf16", "moe_activation": "mxfp8"})
+    hopper = DeploymentConfig.from_dict({**base, "dtype": "mxfp4", "moe_activation": "mxfp8"})
+    with pytest.raises(ConfigError, match="FP4 tensor cores only: Blackwell"):
+        aic.resolve_key(hopper)
+    assert "moe_activation" not in DeploymentConfig.from_dict({**base, "dtype": "mxfp4"}).to_dict()
 
 
 def test_a_bad_database_mode_is_a_one_line_error() -> None:

@@ -89,6 +89,25 @@ def test_a_speculative_recipe_row_speculates() -> None:
     assert (spec.method, spec.num_speculative_tokens) == ("mtp", 3)
 
 
+def test_gpt_oss_b200_vllm_recipe_runs_mxfp8_activations() -> None:
+    """``gptoss_fp4_b200.sh`` exports ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1`` (FlashInfer's
+    TRT-LLM-gen MXFP4 MoE on MXFP8 activations); the H200 recipe does not (Hopper has no such
+    kernel), and neither does any other model's recipe."""
+    rows = _rows()
+    b200 = [
+        m for m in rows.values() if m.recipe.startswith("benchmarks/single_node/gptoss_fp4_b200")
+    ]
+    assert b200
+    assert all(row_config(m).moe_activation == "mxfp8" for m in b200 if m.refused is None)
+    others = [m for m in rows.values() if m.recipe and m not in b200]
+    assert not any(
+        m.moe_activation for m in others if "gpt-oss" not in m.model or "b200" not in m.gpu
+    )
+    hopper = [m for m in rows.values() if m.recipe and "gpt-oss" in m.model and "h200" in m.gpu]
+    assert hopper
+    assert all(m.moe_activation is None for m in hopper)
+
+
 def test_rows_without_a_known_recipe_keep_the_generic_one(tmp_path: Path) -> None:
     """Not InferenceX's, or not resolved to a recipe: no table entry; a file that reuses a
     table row's id for another point keeps the generic recipe."""
@@ -107,11 +126,16 @@ def test_rows_without_a_known_recipe_keep_the_generic_one(tmp_path: Path) -> Non
     assert not any(m.recipe for m in own)
 
 
-@pytest.mark.parametrize("column", ["kv_cache_dtype", "prefix_caching", "async_scheduling"])
+@pytest.mark.parametrize(
+    "column", ["kv_cache_dtype", "prefix_caching", "async_scheduling", "moe_activation"]
+)
 def test_table_spellings_are_known(column: str) -> None:
     with RECIPES_CSV.open(newline="", encoding="utf-8") as f:
         values = {r[column] for r in csv.DictReader(f)}
-    allowed = {"kv_cache_dtype": {"", "fp8", "fp8_e4m3", "auto"}}.get(column, {"", "true", "false"})
+    allowed = {
+        "kv_cache_dtype": {"", "fp8", "fp8_e4m3", "auto"},
+        "moe_activation": {"", "mxfp8"},
+    }.get(column, {"", "true", "false"})
     assert values <= allowed
 
 

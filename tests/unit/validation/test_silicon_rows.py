@@ -96,3 +96,26 @@ def test_validate_replays_the_row_on_the_gpus_it_ran_on(tmp_path: Path) -> None:
         w.writerow(sglang)
     (s,) = read_measurements(path)
     assert (s.tp, s.attention_dp, s.moe_tp, s.ep, s.concurrency) == (4, 1, 1, 4, 64)
+
+
+def test_inferencex_gb200_agg_rows_are_disaggregated_deployments_and_refused(
+    tmp_path: Path,
+) -> None:
+    # 2026_04_06_deepseek_r1_gb200_trtllm_fp4_agg_8192x1024_c2150_tp32_ep1_121: InferenceX's GB200
+    # runner launched 8k/1k c=2150 as 6 context servers of 4 GPUs + 1 DEP-8 generation server.
+    r = _row("trtllm", "deepseek-ai/DeepSeek-R1", 32, "1", 32, 1, 2150, _DUMP.format(c=2150))
+    r["system"], r["isl"], r["osl"] = "gb200", "8192", "1024"
+    own = dict(r, silicon_data_source="source_file=/x/gb200/trtllm/1.2.0rc6/deepseek_r1.csv")
+    own["tp_size"], own["moe_tp_size"], own["moe_ep_size"] = "8", "1", "8"
+    path = tmp_path / "silicon.csv"
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(r))
+        writer.writeheader()
+        writer.writerows([r, own, dict(r, system="b200_sxm", tp_size="8", moe_tp_size="8")])
+    dump, aic, b200 = read_measurements(path)
+    assert dump.refused is not None
+    assert "tp_size 32 is their total GPU count" in dump.refused
+    # AIConfigurator's own GB200 run (one TP 8 server) and the same row on B200 still replay.
+    assert aic.refused is None
+    assert aic.tp == 8
+    assert b200.refused is None
