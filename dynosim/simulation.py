@@ -50,7 +50,6 @@ from dynosim.metrics import Metrics
 from dynosim.perf.speculative import extra_blocks, verify_steps
 from dynosim.recording import Recorder, SimResult
 from dynosim.router import make_router
-from dynosim.slo_monitor import MonitorState, SLOMonitor
 from dynosim.timer import Timer, run
 from dynosim.types import HASH_BLOCK_TOKENS, Request
 from dynosim.workload.release import WARMUP_PHASE, arrival_heap, check_requests, to_us
@@ -59,6 +58,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from dynosim.perf.deployment import DeploymentPerf
+    from dynosim.slo_monitor import MonitorState, SLOMonitor
 
 __all__ = ["SimResult", "Simulation", "simulate"]  # SimResult lives in dynosim.recording
 
@@ -414,6 +414,8 @@ class Simulation:
         """
         start = time.perf_counter()
         if stop is not None and not stop.empty:
+            from dynosim.slo_monitor import MonitorState  # only a stopping run builds it
+
             self._monitor = MonitorState(
                 stop,
                 self.env,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -16,8 +17,10 @@ from dynosim.errors import ConfigError
 from dynosim.types import HASH_BLOCK_TOKENS, Request
 from dynosim.workload.columns import gc_paused
 from dynosim.workload.limits import MAX_BLOCK_IDS, MAX_TIME_S, MAX_TOKENS
-from dynosim.workload.spec import ArrivalSpec, LengthSpec, WorkloadSpec
 from dynosim.workload.traces import load_trace
+
+if TYPE_CHECKING:  # annotations only: replaying a trace does not build the spec's dataclasses
+    from dynosim.workload.spec import ArrivalSpec, LengthSpec, WorkloadSpec
 
 __all__ = ["generate"]
 
