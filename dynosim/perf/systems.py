@@ -71,6 +71,11 @@ class GpuSpec:
         return self.bf16_flops
 
 
+_SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's safe loader when present: the same data as ``yaml.safe_load``, about 5x faster (a
+system file costs 2-3 ms of a ``dynosim simulate`` process with the pure-Python one)."""
+
+
 def _systems_dir() -> Traversable:
     return resources.files(AIC_PACKAGE) / "systems"
 
@@ -109,7 +114,8 @@ def load_system(name: str) -> GpuSpec:
     """
     if name not in system_names():
         raise ConfigError("gpu", name, "an AIConfigurator system name")
-    data = yaml.safe_load((_systems_dir() / f"{name}.yaml").read_text(encoding="utf-8"))
+    text = (_systems_dir() / f"{name}.yaml").read_text(encoding="utf-8")
+    data = yaml.load(text, Loader=_SAFE_LOADER)
     gpu = data.get("gpu") if isinstance(data, dict) else None
     node = data.get("node") if isinstance(data, dict) else None
     if not isinstance(gpu, dict) or not isinstance(node, dict):
