@@ -24,7 +24,11 @@ BACKEND_ENGINE_FIELDS: dict[str, tuple[str, ...]] = {
         "schedule_conservativeness",
         "scheduler_recv_interval",
     ),
-    "trtllm": ("capacity_scheduler_policy",),
+    "trtllm": (
+        "capacity_scheduler_policy",
+        "batch_wait_timeout_iters",
+        "batch_wait_max_tokens_ratio",
+    ),
 }
 """The engine fields only one backend has (``None`` = that backend's default)."""
 
@@ -60,7 +64,12 @@ class EngineConfig:
     * TRT-LLM (``tensorrt_llm/llmapi/llm_args.py`` ``SchedulerConfig``):
       ``capacity_scheduler_policy`` (``GUARANTEED_NO_EVICT``, the default: a request is
       admitted only if its whole output's KV can be reserved, and nothing is ever evicted |
-      ``MAX_UTILIZATION``: pack the batch, pause the newest request on a shortage).
+      ``MAX_UTILIZATION``: pack the batch, pause the newest request on a shortage);
+      ``batch_wait_timeout_iters`` and ``batch_wait_max_tokens_ratio`` (LLM API
+      ``batch_wait_timeout_iters`` / ``batch_wait_max_tokens_ratio``, default 0 / 0.0: off):
+      while generation requests run, new context requests wait up to that many iterations
+      for the scheduled tokens to reach that fraction of ``max_num_batched_tokens``
+      (``PyExecutor._waiting_requests``; see :class:`~dynosim.engine.policies.TrtllmWorker`).
     """
 
     max_num_seqs: int = 256
@@ -75,6 +84,8 @@ class EngineConfig:
     schedule_conservativeness: float | None = None
     scheduler_recv_interval: int | None = None
     capacity_scheduler_policy: CapacityPolicy | None = None
+    batch_wait_timeout_iters: int | None = None
+    batch_wait_max_tokens_ratio: float | None = None
     async_scheduling: bool | None = None
 
     def __post_init__(self) -> None:
@@ -102,6 +113,10 @@ class EngineConfig:
                 self.capacity_scheduler_policy,
                 get_args(CapacityPolicy),
             )
+        if self.batch_wait_timeout_iters is not None:
+            integer("engine.batch_wait_timeout_iters", self.batch_wait_timeout_iters, 0, 1 << 20)
+        if self.batch_wait_max_tokens_ratio is not None:
+            number("engine.batch_wait_max_tokens_ratio", self.batch_wait_max_tokens_ratio, 0, 1)
         flag("engine.enable_prefix_caching", self.enable_prefix_caching)
         flag("engine.enable_chunked_prefill", self.enable_chunked_prefill)
         number("engine.gpu_memory_utilization", self.gpu_memory_utilization, 0, 1, open_low=True)

@@ -319,7 +319,7 @@ class EngineWorker(Batch):
             paged = self.n_paged
             if -(-(k - 1) // bs) * paged > cap and self._demand(k - 1) > cap:
                 k = bisect_right(range(k), cap, key=self._demand)  # demand is monotone
-            if k > 1 and self.waiting:
+            if k > 1 and (self.waiting or self.prefilling):
                 k = self._admissible_after(k)
             if k > 1 and self.inbox:
                 k = self._received_after(k)
@@ -346,8 +346,9 @@ class EngineWorker(Batch):
         """Steps of a ``k``-step segment to run before the policy would admit a request.
 
         The segment stops at the first boundary where the waiting head becomes admissible
-        (stepping re-checks admission at every boundary). vLLM and TRT-LLM admission only
-        changes when a request finishes, which ends the segment anyway: ``k``.
+        (stepping re-checks admission at every boundary), or where requests admitted but not
+        computing (held, :attr:`prefilling`) start. vLLM and TRT-LLM admission only changes
+        when a request finishes, which ends the segment anyway: ``k``.
         """
         return k
 

@@ -149,6 +149,9 @@ def _recipe(r: dict[str, str]) -> RowRecipe:
         tp, dp = int(r["tp"]), int(r["dp_size"] or 1)
         ep = tp * dp if r["enable_expert_parallel"] == "true" else 1
         parallel = {"tp": tp, "ep": ep, "moe_tp": tp * dp // ep, "attention_dp": dp}
+    elif backend == "trtllm":
+        put("batch_wait_timeout_iters", "batch_wait_timeout_iters", int)
+        put("batch_wait_max_tokens_ratio", "batch_wait_max_tokens_ratio", float)
     elif backend == "sglang":
         put("scheduler_recv_interval", "scheduler_recv_interval", int)
         put("max_prefill_tokens", "max_prefill_tokens", int)

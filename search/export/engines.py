@@ -246,6 +246,11 @@ def trtllm_options(cfg: DeploymentConfig) -> dict[str, Any]:
     out["scheduler_config"] = {
         "capacity_scheduler_policy": e.capacity_scheduler_policy or "GUARANTEED_NO_EVICT"
     }
+    # LLM API batch waiting (TorchLlmArgs); left out at TRT-LLM's default (off)
+    if e.batch_wait_timeout_iters:
+        out["batch_wait_timeout_iters"] = e.batch_wait_timeout_iters
+    if e.batch_wait_max_tokens_ratio:
+        out["batch_wait_max_tokens_ratio"] = e.batch_wait_max_tokens_ratio
     sp = cfg.speculative
     if sp is not None and sp.num_speculative_tokens and sp.method != "draft":
         k = sp.num_speculative_tokens

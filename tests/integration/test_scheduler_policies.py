@@ -88,6 +88,8 @@ def _policy_variant(n: int) -> tuple[DeploymentConfig, list[Request], int]:
         engine = replace(
             engine,
             capacity_scheduler_policy=r.choice(["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"]),
+            batch_wait_timeout_iters=r.choice([None, None, 1, 3, 20]),
+            batch_wait_max_tokens_ratio=r.choice([None, 0.2, 0.9]),
         )
     return replace(cfg, backend=backend, engine=engine), reqs, kv  # type: ignore[arg-type]
 
@@ -237,6 +239,43 @@ def test_sglang_receives_new_requests_every_interval_decode_steps(
     assert_workers_empty(sim)
     assert rec.first_token_us[0] == 1000
     assert int(rec.first_token_us[1] - rec.arrival_us[1]) == ttft_us
+
+
+@pytest.mark.parametrize(
+    ("iters", "ratio", "osl", "ttft_us"),
+    [(20, 0.9, 100, 21500), (3, 0.9, 100, 4500), (20, 0.9, 5, 3500), (20, 0.04, 100, 1500),
+     (None, None, 100, 1500)],
+)  # fmt: skip
+@pytest.mark.parametrize("ff", [True, False])
+def test_trtllm_batch_waiting_holds_new_contexts_while_generation_runs(
+    iters: int | None, ratio: float | None, osl: int, ttft_us: int, ff: bool
+) -> None:
+    # Every step takes 1 ms. A's prefill runs [0, 1] ms (no generation request: no wait), its
+    # decode steps end at 2, 3, 4, ... ms. B (100 tokens) arrives at 2.5 ms and is scheduled
+    # from the boundary at 3 ms: 100 + 1 tokens < 0.9 x 2048, so it waits, the counter growing
+    # by one a boundary (1 at 3 ms, ..., T at 3 + T - 1 ms); at 3 + T ms the counter has
+    # reached T and B's prefill runs with A's decode, its first token at 4 + T ms: TTFT
+    # 1.5 + T ms. With A done at 5 ms (5 tokens) there is no generation request left and B
+    # runs at once (TTFT 3.5 ms); with 101 tokens >= 0.04 x 2048 it never waits (1.5 ms).
+    timing = LinearStepTime(base_us=1000.0, per_token_us=0.0, per_kv_token_us=0.0,
+                            per_seq_us=0.0)  # fmt: skip
+    cfg = _cfg("trtllm", batch_wait_timeout_iters=iters, batch_wait_max_tokens_ratio=ratio)
+    a = Request(id=0, arrival_s=0.0, input_tokens=100, output_tokens=osl)
+    b = Request(id=1, arrival_s=0.0025, input_tokens=100, output_tokens=2)
+    perf = DeploymentPerf(timing, 10_000, gpu_hour_usd=1.0)
+    sim = Simulation(cfg, [a, b], perf=perf, fast_forward=ff)
+    rec = sim.run().records
+    assert_workers_empty(sim)
+    assert rec.first_token_us[0] == 1000
+    assert int(rec.first_token_us[1] - rec.arrival_us[1]) == ttft_us
+
+
+def test_batch_waiting_is_trtllm_only() -> None:
+    with pytest.raises(ConfigError, match=r"engine.batch_wait_timeout_iters: got 20; allowed: "
+                       r"only with backend: trtllm \(this is vllm\)"):  # fmt: skip
+        _cfg("vllm", batch_wait_timeout_iters=20)
+    with pytest.raises(ConfigError, match=r"engine\.batch_wait_max_tokens_ratio: got 1\.5"):
+        _cfg("trtllm", batch_wait_max_tokens_ratio=1.5)
 
 
 def test_sglang_lpm_serves_the_cached_prefix_first() -> None:

@@ -330,7 +330,7 @@ class SglangWorker(EngineWorker):
         arithmetic as :meth:`_prefill_batch` (integers, then one multiply and subtraction in
         float64), so the cut falls where stepping would admit it.
         """
-        if len(self.running) >= self.max_seqs:
+        if not self.waiting or len(self.running) >= self.max_seqs:
             return k
         rr = self._head()
         hit, start, tokens, extend = self._needs(rr)

@@ -7,10 +7,22 @@ served while ``max_num_seqs``, the ``max_num_batched_tokens`` budget and free KV
 (chunked prefill splits a prompt over several steps, mixed into the decode step). When a step
 needs more KV blocks than are free or evictable, the most recently admitted request is
 preempted (its blocks freed, recomputed later) and no new request is admitted that step.
+
+TRT-LLM's batch waiting (``batch_wait_timeout_iters`` ``T`` and ``batch_wait_max_tokens_ratio``
+``r``, ``PyExecutor._waiting_requests`` in ``tensorrt_llm/_torch/pyexecutor/py_executor.py``;
+InferenceX's Llama-3.1-70B TRT-LLM recipes pass ``T = 20``, ``r = 0.9``): in an iteration that
+schedules both context and generation requests, the context requests run only if the waiting
+counter has reached ``T`` or the iteration's tokens (each context request's prompt, one per
+generation request) reach ``r x max_num_tokens``; otherwise they wait (the iteration decodes
+only) and the counter grows by one. Running them resets it. An iteration without generation
+requests never waits. Here the held requests are admitted (their KV taken) and compute nothing
+until released; a fast-forwarded decode segment ends at the boundary where the counter releases
+them, and the counter counts the segment's steps, so both modes hold the same iterations.
 """
 
 from __future__ import annotations
 
+from dynosim.config import EngineConfig
 from dynosim.engine.state import RunningRequest
 from dynosim.engine.worker import EngineWorker
 from dynosim.types import HASH_BLOCK_TOKENS
@@ -22,8 +34,44 @@ class VllmWorker(EngineWorker):
     reserve_output = False
     """Reserve the KV blocks of a request's whole output at admission (TRT-LLM)."""
 
+    def _setup(self, engine: EngineConfig) -> None:
+        """TRT-LLM's batch waiting (0 / 0.0: off; engine fields of TRT-LLM only)."""
+        self.wait_iters = engine.batch_wait_timeout_iters or 0
+        self.wait_ratio = engine.batch_wait_max_tokens_ratio or 0.0
+        self.wait_count = 0  # TRT-LLM's batch_wait_iters_count
+        # Either at 0 releases every time (count >= 0, tokens >= 0): no waiting at all.
+        self.waits = self.wait_iters > 0 and self.wait_ratio > 0
+        self._held = False  # the step (or segment) running holds its context requests
+
+    def _hold(self, step_prefill: list[tuple[RunningRequest, int]]) -> bool:
+        """Whether this iteration's context requests wait (TRT-LLM's batch waiting)."""
+        if not self.n_decode:
+            return False
+        tokens = sum(rr.target for rr, _ in step_prefill) + self.n_decode
+        if self.wait_count >= self.wait_iters or tokens >= self.wait_ratio * self.budget:
+            self.wait_count = 0
+            return False
+        self.wait_count += 1
+        return True
+
+    def _admissible_after(self, k: int) -> int:
+        """A held segment ends at the boundary where the counter releases the contexts.
+
+        The boundary ``j`` of the segment sees the counter at ``count + j - 1``
+        (``count``: its value after the segment's first step); nothing else the decision
+        reads changes inside a segment (no arrival, no finish; admission only changes at a
+        finish). Unheld: admission changes only when a request finishes, which ends the
+        segment anyway.
+        """
+        if not self._held:
+            return k
+        return min(k, self.wait_iters - self.wait_count + 1)
+
     def _start_step(self, now: int) -> None:
         """Form the next step at boundary ``now`` and schedule its end (or go idle)."""
+        if self._held:  # the held boundaries inside the segment that just ended
+            self.wait_count += self._seg_steps - 1
+            self._held = False
         kv, bs = self.kv, self.block_size
         preempted = False
         while True:
@@ -52,6 +100,9 @@ class VllmWorker(EngineWorker):
             shapes.append((chunk, rr.computed))
         if self.waiting and not preempted:
             self._admit(left, step_prefill, shapes, now)
+        if self.waits and step_prefill and self._hold(step_prefill):
+            self._held = True
+            step_prefill, shapes = [], []
         self._launch(now, step_prefill, shapes, decodes=True, single=preempted)
 
     def _admit(
@@ -95,7 +146,8 @@ class TrtllmWorker(VllmWorker):
     request only if the KV blocks of its whole sequence, prompt and every output token, can be
     reserved now, so a running request never runs short and nothing is ever evicted;
     ``MAX_UTILIZATION`` packs requests as vLLM does and pauses the newest on a shortage (its KV
-    is freed and recomputed later): :class:`VllmWorker` serves it.
+    is freed and recomputed later): :class:`VllmWorker` serves it. Batch waiting (the module
+    docstring) applies with either.
     """
 
     reserve_output = True

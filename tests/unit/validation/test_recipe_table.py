@@ -55,6 +55,17 @@ def test_llama_70b_b200_vllm_recipe() -> None:
     assert row_config(m).kv_dtype == "fp8"
 
 
+def test_llama_70b_b200_trtllm_recipe_waits_for_batches() -> None:
+    """``benchmarks/70b_fp4_b200_trt_docker.sh`` at 1k/1k: ``batch_wait_max_tokens_ratio: 0.9``,
+    ``batch_wait_timeout_iters: 20`` ("For 1k/1k, use batch_wait_max_tokens_ratio and
+    batch_wait_timeout_iters will improve the performance") and ``--max_num_tokens 16384``."""
+    m = _rows()["2026_04_06_llama_3_1_70b_b200_sxm_trtllm_fp4_agg_1024x1024_c8_tp2_ep1_257"]
+    assert m.recipe.startswith("benchmarks/70b_fp4_b200_trt_docker.sh@")
+    e = row_config(m).engine
+    assert (e.batch_wait_timeout_iters, e.batch_wait_max_tokens_ratio) == (20, 0.9)
+    assert e.max_num_batched_tokens == 16384
+
+
 def test_deepseek_r1_b200_sglang_recipe() -> None:
     """``dsr1_fp8_b200.sh`` at TP 4 (8k/1k only): ``--max-running-requests 32
     --mem-fraction-static 0.95 --kv-cache-dtype fp8_e4m3 --chunked-prefill-size 8192
