@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import gc
 import json
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,29 @@ def check_samples(
             )
 
 
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while the workload is read and simulated, then frozen.
+
+    Freezing keeps everything made so far (modules, config, requests, the simulation) out of
+    the collector's sight for the process's life. A simulation makes no cyclic garbage, but its
+    objects are young and a trace's requests are made in one go: on the Mooncake trace (8
+    workers, KV-aware) the collector ran one young collection over the fresh requests (5-6 ms)
+    and 38 during the run (about 19 ms), finding nothing, and the exit's full collection walked
+    and freed the 24k objects of the simulation's reference cycles (workers, pools, timers:
+    25-30 ms); on 4 + 4 disaggregated workers 34 and 55 ms. Frozen objects are not freed at
+    exit (an in-process caller, a test, keeps them until it exits).
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
+
+
 def run(args: argparse.Namespace) -> int:
     """Simulate and print a table; write JSON if asked."""
     from dynosim.perf.overhead import with_calibration
@@ -121,20 +145,18 @@ def run(args: argparse.Namespace) -> int:
     interval = args.timeline_interval
     if not (math.isfinite(interval) and MIN_INTERVAL_S <= interval <= 10_000_000):
         raise DynosimError(f"--timeline-interval: got {interval}; allowed: {INTERVAL_WHY}")
-    workload = load_workload(args)
-    check_samples(config, workload.requests, interval if args.timeline is not None else None)
-    # Everything made so far (modules, config, requests) lives as long as the process: moved out
-    # of the collector's sight, full collections during the run and at exit do not walk it.
-    gc.freeze()
-    with spinner(console, f"simulating {len(workload.requests):,} requests..."):
-        sim = Simulation(
-            config,
-            workload.requests,
-            seed=args.seed,
-            fast_forward=not args.step_by_step,
-            sample_interval_s=interval if args.timeline is not None else None,
-        )
-        result = sim.run(warmup_requests=workload.warmup_requests)
+    with collector_paused():
+        workload = load_workload(args)
+        check_samples(config, workload.requests, interval if args.timeline is not None else None)
+        with spinner(console, f"simulating {len(workload.requests):,} requests..."):
+            sim = Simulation(
+                config,
+                workload.requests,
+                seed=args.seed,
+                fast_forward=not args.step_by_step,
+                sample_interval_s=interval if args.timeline is not None else None,
+            )
+            result = sim.run(warmup_requests=workload.warmup_requests)
     title = f"{args.deployment.name} on {workload.name}"
     console.print(metrics_table(result.metrics, title=title))
     bands = error_bands(result.metrics, config) if getattr(args, "error_bands", False) else {}
