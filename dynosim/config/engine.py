@@ -16,7 +16,7 @@ BLOCK_SIZES = (16, 32, 64, 128, 256, 512)
 SGLANG_PAGE_SIZES = (1, 2, 4, 8)
 """Page sizes below 16 tokens: SGLang only (its ``--page-size`` defaults to 1)."""
 BACKEND_ENGINE_FIELDS: dict[str, tuple[str, ...]] = {
-    "vllm": ("async_scheduling",),
+    "vllm": ("async_scheduling", "allreduce_fusion"),
     "sglang": (
         "enable_mixed_chunk",
         "max_prefill_tokens",
@@ -61,6 +61,10 @@ class EngineConfig:
       prepare inputs, process outputs) overlaps the previous step's kernels; without it that
       work runs between steps. ``false`` adds the calibration profile's ``synchronous`` step
       terms (:attr:`~dynosim.perf.calibration.BackendCalibration.synchronous`) to every step;
+      ``allreduce_fusion`` (the compilation pass ``fuse_allreduce_rms``, formerly
+      ``enable_fi_allreduce_fusion``; default off: vLLM's custom all-reduce): FlashInfer's
+      TensorRT-LLM all-reduce fused with the residual add and RMSNorm, timed with
+      AIConfigurator's TensorRT-LLM all-reduce (:mod:`dynosim.perf.aic.build`);
     * TRT-LLM (``tensorrt_llm/llmapi/llm_args.py`` ``SchedulerConfig``):
       ``capacity_scheduler_policy`` (``GUARANTEED_NO_EVICT``, the default: a request is
       admitted only if its whole output's KV can be reserved, and nothing is ever evicted |
@@ -87,6 +91,7 @@ class EngineConfig:
     batch_wait_timeout_iters: int | None = None
     batch_wait_max_tokens_ratio: float | None = None
     async_scheduling: bool | None = None
+    allreduce_fusion: bool | None = None
 
     def __post_init__(self) -> None:
         integer("engine.max_num_seqs", self.max_num_seqs, 1, 65536)
@@ -99,6 +104,8 @@ class EngineConfig:
             flag("engine.enable_mixed_chunk", self.enable_mixed_chunk)
         if self.async_scheduling is not None:
             flag("engine.async_scheduling", self.async_scheduling)
+        if self.allreduce_fusion is not None:
+            flag("engine.allreduce_fusion", self.allreduce_fusion)
         if self.max_prefill_tokens is not None:
             integer("engine.max_prefill_tokens", self.max_prefill_tokens, 1, 1 << 20)
         if self.schedule_policy is not None:

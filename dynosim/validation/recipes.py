@@ -146,6 +146,8 @@ def _recipe(r: dict[str, str]) -> RowRecipe:
         put("block_size", "block_size", int)
         if r["async_scheduling"] in ("true", "false"):
             engine["async_scheduling"] = r["async_scheduling"] == "true"
+        if r["allreduce_fusion"] == "true":
+            engine["allreduce_fusion"] = True
         tp, dp = int(r["tp"]), int(r["dp_size"] or 1)
         ep = tp * dp if r["enable_expert_parallel"] == "true" else 1
         parallel = {"tp": tp, "ep": ep, "moe_tp": tp * dp // ep, "attention_dp": dp}

@@ -159,6 +159,8 @@ def vllm_flags(cfg: DeploymentConfig, _yaml: str) -> tuple[list[str], list[str],
     flags += ["--gpu-memory-utilization", num(e.gpu_memory_utilization)]
     if e.async_scheduling is not None:  # both flags exist since vLLM 0.14 (default on)
         flags.append("--async-scheduling" if e.async_scheduling else "--no-async-scheduling")
+    if e.allreduce_fusion:  # the compilation pass (named enable_fi_allreduce_fusion before)
+        flags += ["--compilation-config", '{"pass_config":{"fuse_allreduce_rms":true}}']
     flags += _quant(cfg, notes, kv_flag=("--kv-cache-dtype", "fp8"))
     sp = cfg.speculative
     if sp is not None and sp.num_speculative_tokens:

@@ -40,6 +40,7 @@ from dynosim.perf.aic.key import (
     quant_modes,
 )
 from dynosim.perf.aic.named import NamedOps
+from dynosim.perf.aic.ops import LACKS_DATA, OpsFrom, borrowed_ops, probe_ops
 from dynosim.perf.model_config import max_context
 
 F64 = npt.NDArray[np.float64]
@@ -97,8 +98,8 @@ def _compile(key: AicKey, mode: str = "SILICON") -> tuple[Any, str]:
     format) their MoE is timed with AIConfigurator's per-tensor FP8 MoE kernels instead.
     """
     gemm, moe = quant_modes(key)
-    if key.backend == "vllm" and moe == MXFP4_MXFP8:
-        return _experts_from_trtllm(key, mode, gemm)
+    if key.backend == "vllm" and (moe == MXFP4_MXFP8 or key.allreduce_fusion):
+        return _with_trtllm_ops(key, mode, gemm, moe)
     try:
         return _compile_as(key, mode, gemm, moe), ""
     except ConfigError as err:
@@ -112,34 +113,44 @@ def _compile(key: AicKey, mode: str = "SILICON") -> tuple[Any, str]:
         return _compile_as(key, mode, gemm, "fp8"), f"{reason} MoE timed as per-tensor FP8"
 
 
-def _experts_from_trtllm(key: AicKey, mode: str, gemm: str) -> tuple[Any, str]:
-    """VLLM's engine with its routed experts timed as TensorRT-LLM's MXFP4 x MXFP8 kernel.
+def _with_trtllm_ops(key: AicKey, mode: str, gemm: str, moe: str | None) -> tuple[Any, str]:
+    """The vLLM engine, its ops whose kernel is TensorRT-LLM's timed from TensorRT-LLM's tables.
 
-    With ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1`` vLLM runs MXFP4 experts on Blackwell with
-    FlashInfer's ``trtllm_fp4_block_scale_moe`` on MXFP8-quantised activations
-    (``SM100_FI_MXFP4_MXFP8_TRTLLM``), the TRT-LLM-gen kernel TensorRT-LLM's TRTLLM MoE backend
-    runs; AIConfigurator measures that kernel for TensorRT-LLM only (its vLLM tables hold the
-    default BF16-activation variant). Only the routed-expert op is taken from TensorRT-LLM's
-    tables; every other op stays vLLM's. Measurements of the kernel that runs, so not marked
-    as an estimate.
+    * MXFP4 experts on MXFP8 activations (``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``): vLLM runs
+      them on Blackwell with FlashInfer's ``trtllm_fp4_block_scale_moe``
+      (``SM100_FI_MXFP4_MXFP8_TRTLLM``), the TRT-LLM-gen kernel of TensorRT-LLM's TRTLLM MoE
+      backend; AIConfigurator's vLLM tables hold only the default BF16-activation variant.
+    * The fused all-reduce (``allreduce_fusion``: the compilation pass ``fuse_allreduce_rms``,
+      formerly ``enable_fi_allreduce_fusion``): FlashInfer's ``trtllm_allreduce_fusion``, the
+      one-/two-shot all-reduce of TensorRT-LLM fused with the residual add and RMSNorm that
+      follow, replaces vLLM's custom all-reduce (AIConfigurator's: 2.1 ms a TP-8 Llama-3.1-70B
+      B200 decode step of 16 requests, TensorRT-LLM's 0.6 ms). Taken: the all-reduce of each
+      layer and of the embedding, and a pure-TP MoE's (no EP, no attention DP).
+
+    Measurements of the kernels that run, so not marked as estimates; where TensorRT-LLM's
+    tables cannot build the model, the all-reduce stays vLLM's and the note says so.
     """
-    own = _compile_as(key, mode, gemm, QUANT_MODES["mxfp4"][1])
+    mxfp8 = moe == MXFP4_MXFP8
+    own = _compile_as(key, mode, gemm, QUANT_MODES[key.dtype][1] if mxfp8 else moe)
     trt = dataclasses.replace(
         key, backend="trtllm", backend_version=_query_version(key.gpu, "trtllm")
     )
-    theirs = _compile_as(trt, mode, gemm, MXFP4_MXFP8)
-    moved: dict[str, set[int]] = {}
-    with _quiet():
-        for phase in ("context", "generation"):
-            evaluate = functools.partial(getattr(own, f"evaluate_{phase}_ops"), batch_size=1, s=16)
-            other = functools.partial(getattr(theirs, f"evaluate_{phase}_ops"), batch_size=1, s=16)
-            names = [str(op[0]) for op in _probe_ops(evaluate)]
-            if names != [str(op[0]) for op in _probe_ops(other)]:
-                raise ConfigError(
-                    "timing", "aic", "roofline (vLLM's and TensorRT-LLM's op lists differ)"
-                )
-            moved[phase] = {i for i, name in enumerate(names) if name.endswith("_moe")}
-    return _MoeFrom(own, theirs, moved["context"], moved["generation"]), ""
+    tp_moe = key.ep == 1 and key.attention_dp == 1
+    comm: tuple[str, ...] = ("_ar_1", "_ar_2", "_embedding_ar")
+    comm += ("_moe_pre_dispatch", "_moe_post_dispatch") if tp_moe else ()
+
+    def take(name: str) -> bool:
+        return (mxfp8 and name.endswith("_moe")) or (key.allreduce_fusion and name.endswith(comm))
+
+    try:
+        theirs = _compile_as(trt, mode, *quant_modes(trt))
+        with _quiet():
+            return borrowed_ops(own, theirs, take), ""
+    except ConfigError as err:
+        if mxfp8:
+            raise
+        reason = str(err.allowed).removeprefix("roofline (").removesuffix(")")[:300]
+        return own, f"all-reduce timed as vLLM's custom all-reduce, not the fused one ({reason})"
 
 
 def _compile_as(key: AicKey, mode: str, gemm: str, moe: str | None) -> Any:
@@ -178,24 +189,6 @@ def _compile_as(key: AicKey, mode: str, gemm: str, moe: str | None) -> Any:
             ) from None
 
 
-def _probe_ops(evaluate: Callable[[list[int]], list[Any]]) -> list[Any]:
-    """Every op of an op list, one at a time: ``(name, ms, ..., source)`` of each.
-
-    Raises:
-        ConfigError: AIConfigurator lacks data for one of the ops.
-    """
-    ops: list[Any] = []
-    for i in range(256):
-        try:
-            ops.append(evaluate([i])[0])
-        except Exception as err:
-            if "out of range" in str(err):
-                break  # the end of the op list
-            reason = " ".join(str(err).split())[:700]
-            raise ConfigError("timing", "aic", f"roofline ({_LACKS_DATA}: {reason})") from None
-    return ops
-
-
 def _op_indices(
     evaluate: Callable[[list[int]], list[Any]],
 ) -> tuple[list[int], list[int], int]:
@@ -207,7 +200,7 @@ def _op_indices(
     other: list[int] = []
     attn: list[int] = []
     logits = -1
-    for i, op in enumerate(_probe_ops(evaluate)):
+    for i, op in enumerate(probe_ops(evaluate)):
         name = str(op[0])
         if name.endswith(_ATTENTION_OPS):
             attn.append(i)
@@ -234,7 +227,7 @@ def _estimable(key: AicKey, err: ConfigError) -> bool:
     return key.database_mode == "hybrid" and _LACKS_DATA in str(err.allowed)
 
 
-_LACKS_DATA = "AIConfigurator lacks data"
+_LACKS_DATA = LACKS_DATA
 
 
 def build_tables(key: AicKey, mode: str = "SILICON") -> tuple[dict[str, F64], str]:
@@ -283,7 +276,7 @@ def _moe_as_expert_parallel(key: AicKey, h: Any) -> tuple[Any, str]:
             evaluate = functools.partial(getattr(h, f"evaluate_{phase}_ops"), batch_size=1, s=16)
             other = getattr(proxy, f"evaluate_{phase}_ops")
             moe[phase] = set()
-            for i, mine in enumerate(_probe_ops(evaluate)):
+            for i, mine in enumerate(probe_ops(evaluate)):
                 if not (str(mine[0]).endswith("_moe") and mine[3] != "silicon"):
                     continue
                 try:
@@ -299,36 +292,8 @@ def _moe_as_expert_parallel(key: AicKey, h: Any) -> tuple[Any, str]:
         f"routed experts timed as AIConfigurator's measured moe_tp=1 ep={proxy_key.ep} "
         f"kernels (the same expert bytes per GPU as moe_tp={key.moe_tp} ep={key.ep})"
     )
-    return _MoeFrom(h, proxy, moe["context"], moe["generation"]), note
-
-
-class _MoeFrom:
-    """An engine handle whose ops at some indices are evaluated by another handle.
-
-    The results are the own handle's ops, then the proxy's (not in ``idx`` order): the callers
-    sum their times or ask for one op at a time.
-    """
-
-    def __init__(self, own: Any, proxy: Any, context: set[int], generation: set[int]) -> None:
-        self._own, self._proxy = own, proxy
-        self._moved = {"context": context, "generation": generation}
-
-    def evaluate_context_ops(self, idx: list[int], **kw: Any) -> list[Any]:
-        """The context ops at ``idx`` (AIConfigurator's ``evaluate_context_ops``)."""
-        return self._split("context", idx, kw)
-
-    def evaluate_generation_ops(self, idx: list[int], **kw: Any) -> list[Any]:
-        """The generation ops at ``idx`` (AIConfigurator's ``evaluate_generation_ops``)."""
-        return self._split("generation", idx, kw)
-
-    def _split(self, phase: str, idx: list[int], kw: dict[str, Any]) -> list[Any]:
-        moved = self._moved[phase]
-        name = f"evaluate_{phase}_ops"
-        mine = [i for i in idx if i not in moved]
-        theirs = [i for i in idx if i in moved]
-        # Callers sum the times (AIConfigurator may return one entry for ops of one name).
-        own = getattr(self._own, name)(mine, **kw) if mine else []
-        return [*own, *(getattr(self._proxy, name)(theirs, **kw) if theirs else [])]
+    moved = {phase: {i: i for i in moe[phase]} for phase in moe}
+    return OpsFrom(h, proxy, moved), note
 
 
 def _evaluate_grids(key: AicKey, h: Any) -> dict[str, F64]:

@@ -17,8 +17,9 @@ import numpy as np
 
 from dynosim.cache import write_atomic
 from dynosim.errors import ConfigError
-from dynosim.perf.aic.build import _LACKS_DATA, F64, _estimable, _walk, build_tables
+from dynosim.perf.aic.build import F64, _estimable, _walk, build_tables
 from dynosim.perf.aic.key import AicKey, cache_dir
+from dynosim.perf.aic.ops import LACKS_DATA as _LACKS_DATA
 
 _ESTIMATE_FORMAT = 2  # how estimated tables were made: 1 HYBRID; 2 MoE from expert parallelism
 _TABLE_NAMES = (

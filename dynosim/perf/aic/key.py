@@ -74,6 +74,7 @@ class AicKey:
     kv_dtype: str = "bf16"
     database_mode: AicDatabaseMode = "hybrid"
     moe_activation: str | None = None
+    allreduce_fusion: bool = False
 
     def filename(self) -> str:
         """Cache file name (model ids have their slash replaced).
@@ -85,6 +86,8 @@ class AicKey:
         par = f"_ep{self.ep}_mtp{self.moe_tp}_adp{self.attention_dp}_kv{self.kv_dtype}"
         if (moe := quant_modes(self)[1]) != QUANT_MODES[self.dtype][1]:
             par += f"_moe-{moe}"  # a backend- and GPU-specific MoE format of the dtype
+        if self.allreduce_fusion:
+            par += "_arfused"
         return (
             f"{model}_{self.gpu}_{self.backend}-{self.backend_version}_tp{self.tp}_{self.dtype}"
             f"{par}_aic{aic_version()}_f{TABLE_FORMAT}.npz"
@@ -133,6 +136,7 @@ def resolve_key(config: DeploymentConfig) -> AicKey:
         kv_dtype=config.kv_dtype,
         database_mode=config.aic_database_mode,
         moe_activation=config.moe_activation,
+        allreduce_fusion=bool(config.engine.allreduce_fusion),
     )
 
 

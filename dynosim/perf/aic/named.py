@@ -41,7 +41,7 @@ class NamedOps:
         try:
             return list(evaluate(idx, **kw))
         except Exception as err:
-            if "out of range" in str(err):  # the end of the op list (see _probe_ops)
+            if "out of range" in str(err):  # the end of the op list (see probe_ops)
                 raise
             raise RuntimeError(self._why(phase, evaluate, idx, kw, err)) from None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -61,6 +62,7 @@ def vllm_parser(*, dynamo: bool = False) -> Parser:
     _bool_opt(p, "--enable-prefix-caching")
     _bool_opt(p, "--enable-chunked-prefill")
     _bool_opt(p, "--async-scheduling")  # vllm/config/scheduler.py async_scheduling (0.14+)
+    p.add_argument("--compilation-config", "-O", type=json.loads)  # a CompilationConfig as JSON
     p.add_argument("--gpu-memory-utilization", type=float)
     cache = ["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla"]
     p.add_argument("--kv-cache-dtype", choices=cache)
@@ -238,6 +240,27 @@ def test_vllm_async_scheduling_flag(value: bool | None) -> None:
     ex = run(config(backend="vllm", engine=engine))
     for cmd in ex.engine.commands:
         assert parse(vllm_parser(), cmd, 1).async_scheduling is value
+
+
+@pytest.mark.parametrize("value", [None, True, False])
+def test_vllm_allreduce_fusion_is_the_compilation_pass(value: bool | None) -> None:
+    engine = {} if value is None else {"allreduce_fusion": value}
+    ex = run(config(backend="vllm", tp=2, engine=engine))
+    for cmd in ex.engine.commands:
+        passes = (parse(vllm_parser(), cmd, 1).compilation_config or {}).get("pass_config", {})
+        assert passes.get("fuse_allreduce_rms", False) is bool(value)
+
+
+def test_trtllm_batch_waiting_goes_into_the_llm_api_yaml() -> None:
+    engine = {**ENGINE, "batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}
+    ex = run(config(backend="trtllm", engine=engine), yaml_dir="out")
+    assert ex.trtllm_yaml is not None
+    options = yaml.safe_load(ex.trtllm_yaml)
+    assert (options["batch_wait_timeout_iters"], options["batch_wait_max_tokens_ratio"]) == (
+        20, 0.9
+    )  # fmt: skip
+    plain = yaml.safe_load(run(config(backend="trtllm"), yaml_dir="out").trtllm_yaml or "")
+    assert "batch_wait_timeout_iters" not in plain
 
 
 def test_vllm_block_size_without_equivalent_is_a_note() -> None:

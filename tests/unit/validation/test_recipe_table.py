@@ -53,6 +53,8 @@ def test_llama_70b_b200_vllm_recipe() -> None:
     assert (e.max_num_batched_tokens, e.gpu_memory_utilization, e.max_num_seqs) == (8192, 0.9, 512)
     assert (e.block_size, e.enable_prefix_caching, e.async_scheduling) == (16, False, True)
     assert row_config(m).kv_dtype == "fp8"
+    # compilation-config: '{"pass_config": {"enable_fi_allreduce_fusion": true, ...}}'
+    assert e.allreduce_fusion is True
 
 
 def test_llama_70b_b200_trtllm_recipe_waits_for_batches() -> None:
