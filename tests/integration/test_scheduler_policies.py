@@ -228,9 +228,17 @@ def test_sglang_receives_new_requests_every_interval_decode_steps(
     # boundary where the counter reaches the interval (3, 4, 6 ms for 1, 3, 5), and
     # prefilled alone in the next 1 ms. With A done at 3 ms (3 tokens) the engine has
     # nothing to run and receives at once, whatever the interval.
+    cfg = _cfg("sglang", scheduler_recv_interval=interval)
+    assert _second_ttft_us(cfg, osl, ff) == ttft_us
+
+
+def _second_ttft_us(cfg: DeploymentConfig, osl: int, ff: bool) -> int:
+    """B's TTFT when A (100 tokens, ``osl`` out) starts at 0 and B (100, 2) comes at 2.5 ms.
+
+    Every step takes 1 ms; A's prefill step ends at 1 ms.
+    """
     timing = LinearStepTime(base_us=1000.0, per_token_us=0.0, per_kv_token_us=0.0,
                             per_seq_us=0.0)  # fmt: skip
-    cfg = _cfg("sglang", scheduler_recv_interval=interval)
     a = Request(id=0, arrival_s=0.0, input_tokens=100, output_tokens=osl)
     b = Request(id=1, arrival_s=0.0025, input_tokens=100, output_tokens=2)
     perf = DeploymentPerf(timing, 10_000, gpu_hour_usd=1.0)
@@ -238,7 +246,7 @@ def test_sglang_receives_new_requests_every_interval_decode_steps(
     rec = sim.run().records
     assert_workers_empty(sim)
     assert rec.first_token_us[0] == 1000
-    assert int(rec.first_token_us[1] - rec.arrival_us[1]) == ttft_us
+    return int(rec.first_token_us[1] - rec.arrival_us[1])
 
 
 @pytest.mark.parametrize(
@@ -257,17 +265,8 @@ def test_trtllm_batch_waiting_holds_new_contexts_while_generation_runs(
     # reached T and B's prefill runs with A's decode, its first token at 4 + T ms: TTFT
     # 1.5 + T ms. With A done at 5 ms (5 tokens) there is no generation request left and B
     # runs at once (TTFT 3.5 ms); with 101 tokens >= 0.04 x 2048 it never waits (1.5 ms).
-    timing = LinearStepTime(base_us=1000.0, per_token_us=0.0, per_kv_token_us=0.0,
-                            per_seq_us=0.0)  # fmt: skip
     cfg = _cfg("trtllm", batch_wait_timeout_iters=iters, batch_wait_max_tokens_ratio=ratio)
-    a = Request(id=0, arrival_s=0.0, input_tokens=100, output_tokens=osl)
-    b = Request(id=1, arrival_s=0.0025, input_tokens=100, output_tokens=2)
-    perf = DeploymentPerf(timing, 10_000, gpu_hour_usd=1.0)
-    sim = Simulation(cfg, [a, b], perf=perf, fast_forward=ff)
-    rec = sim.run().records
-    assert_workers_empty(sim)
-    assert rec.first_token_us[0] == 1000
-    assert int(rec.first_token_us[1] - rec.arrival_us[1]) == ttft_us
+    assert _second_ttft_us(cfg, osl, ff) == ttft_us
 
 
 def test_batch_waiting_is_trtllm_only() -> None:
