@@ -35,6 +35,10 @@ if TYPE_CHECKING:
     from dynosim.perf.protocol import StepTimeModel
 
 
+_MEMO_MAX = 1 << 16
+"""Entries of :class:`CalibratedStepTime`'s memo of one-chunk prefill steps before it restarts."""
+
+
 @dataclass(frozen=True, slots=True)
 class FrameworkOverhead:
     """Host-side time added to every engine step.
@@ -163,11 +167,19 @@ class CalibratedStepTime:
         self._monotone = getattr(inner, "decode_monotone", None)
         self._floor_run = getattr(floor, "decode_run_float", None)
         self.overhead = FrameworkOverhead(cal.base_us, cal.per_request_us, cal.per_token_us)
+        # Prefill-only steps of one request, by (chunk, context): a disaggregated prefill
+        # worker's steps, whose first chunks (full budget, context a hit) often repeat.
+        self._chunk_us: dict[tuple[int, int], int] = {}
 
     def step_us(
         self, prefill: Sequence[tuple[int, int]], n_decode: int, decode_kv_tokens: int
     ) -> int:
         """Duration of one mixed step (see the protocol)."""
+        one = not n_decode and len(prefill) == 1  # a pure function of its chunk: memoised
+        if one:
+            known = self._chunk_us.get(prefill[0])
+            if known is not None:
+                return known
         inner = float(self.inner.step_us(prefill, n_decode, decode_kv_tokens))
         floor = self.floor
         if not prefill:
@@ -193,7 +205,12 @@ class CalibratedStepTime:
         if floor is not None:
             priced = max(priced, float(floor.step_us(prefill, n_decode, decode_kv_tokens)))
         total = priced + self.overhead.us(n_requests, tokens)
-        return max(1, math.floor(total + 0.5))
+        us = max(1, math.floor(total + 0.5))
+        if one:
+            if len(self._chunk_us) >= _MEMO_MAX:
+                self._chunk_us.clear()
+            self._chunk_us[prefill[0]] = us
+        return us
 
     def _floor_float(self, n: int, kv: int, k: int) -> npt.NDArray[np.float64]:
         """The floor's decode run as floats (its own float path when it has one)."""

@@ -89,6 +89,28 @@ def test_deterministic(model: StepTimeModel) -> None:
     assert np.array_equal(a, model.decode_run_us(33, 33 * 700, 50))
 
 
+def test_one_chunk_memo_prices_as_computed(model: StepTimeModel) -> None:
+    """A calibrated model memoises one-chunk prefill steps: a memoised price is the computed one.
+
+    Every shape is first priced with the memo emptied before the call, then all again, in
+    another order and repeated, from the memo; chunks share contexts and contexts share
+    chunks, so a memo keyed on less than the whole shape gives another price.
+    """
+    chunks, contexts = [1, 64, 511, 2048, 8192], [0, 512, 8191, 30_000, 200_000]
+    shapes = [(c, x) for c in chunks for x in contexts]
+    memo = getattr(model, "_chunk_us", None)
+
+    def fresh(shape: tuple[int, int]) -> int:
+        if memo is not None:
+            memo.clear()
+        return model.step_us([shape], 0, 0)
+
+    computed = {s: fresh(s) for s in shapes}
+    order = [*reversed(shapes), *shapes[::2], *shapes]
+    assert [model.step_us([s], 0, 0) for s in order] == [computed[s] for s in order]
+    assert [model.step_us((s,), 0, 0) for s in shapes] == [computed[s] for s in shapes]
+
+
 LENGTHS = [1, 2, 3, 7, 16, 100, 513, 1024, 4000, 8192, 30_000, 200_000]
 
 
