@@ -322,6 +322,34 @@ def test_fast_forward_equals_stepping(
     assert (local.sum() > 0) == (max_local > 0)
 
 
+@pytest.mark.parametrize("ff", [True, False])
+def test_trtllm_batch_waiting_never_holds_a_transferred_request(ff: bool) -> None:
+    """A decode worker's requests whose KV came over the link are generation requests for
+    TRT-LLM (its batch waiting holds context requests only), and a prefill worker decodes
+    nothing: batch waiting changes no record of a disaggregated deployment without local
+    prefill. (A decode worker that held arrivals would delay their second token.)"""
+    reqs = make_requests(200, rate_rps=40.0, seed=3, input_range=(2, 3000))
+    base = {"backend": "trtllm", "decode": {"workers": 2}}
+    wait = {**ENGINE, "batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}
+    plain, _ = run(disagg_config(**base), reqs, ff=ff)
+    waiting, _ = run(disagg_config(**base, engine=wait), reqs, ff=ff)
+    assert waiting.records.equal(plain.records)
+    assert plain.records.completed.all()
+
+
+def test_trtllm_batch_waiting_on_local_prefills_keeps_fast_forward_exact() -> None:
+    """Short prompts prefilled on the decode workers are context requests and wait there,
+    beside transferred requests that do not: both modes give the same records."""
+    reqs = make_requests(200, rate_rps=40.0, seed=5, input_range=(2, 3000))
+    wait = {**ENGINE, "batch_wait_timeout_iters": 7, "batch_wait_max_tokens_ratio": 0.9}
+    cfg = disagg_config(backend="trtllm", engine=wait, max_local_prefill_tokens=1000)
+    fast, _ = run(cfg, reqs, ff=True)
+    slow, _ = run(cfg, reqs, ff=False)
+    assert fast.records.equal(slow.records)
+    plain, _ = run(disagg_config(backend="trtllm", max_local_prefill_tokens=1000), reqs)
+    assert not fast.records.equal(plain.records)  # local prefills did wait
+
+
 def test_fast_forward_equals_stepping_closed_loop_without_chunking() -> None:
     reqs = make_requests(200, closed_loop=16, input_range=(2, 2048), output_range=(1, 400))
     engine = {

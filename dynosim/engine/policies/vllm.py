@@ -44,10 +44,19 @@ class VllmWorker(EngineWorker):
         self._held = False  # the step (or segment) running holds its context requests
 
     def _hold(self, step_prefill: list[tuple[RunningRequest, int]]) -> bool:
-        """Whether this iteration's context requests wait (TRT-LLM's batch waiting)."""
+        """Whether this iteration's context requests wait (TRT-LLM's batch waiting).
+
+        A request whose KV came from a prefill worker (``remote``; here it computes its last
+        prompt token, as vLLM's NIXL connector does) is a generation request for TRT-LLM
+        (``DISAGG_GENERATION_TRANS_COMPLETE``: the context server sent its first token), never
+        held.
+        """
         if not self.n_decode:
             return False
-        tokens = sum(rr.target for rr, _ in step_prefill) + self.n_decode
+        contexts = [rr.target for rr, _ in step_prefill if not rr.remote]
+        if not contexts:
+            return False
+        tokens = sum(contexts) + self.n_decode + len(step_prefill) - len(contexts)
         if self.wait_count >= self.wait_iters or tokens >= self.wait_ratio * self.budget:
             self.wait_count = 0
             return False
@@ -102,7 +111,8 @@ class VllmWorker(EngineWorker):
             self._admit(left, step_prefill, shapes, now)
         if self.waits and step_prefill and self._hold(step_prefill):
             self._held = True
-            step_prefill, shapes = [], []
+            kept = [i for i, (rr, _) in enumerate(step_prefill) if rr.remote]
+            step_prefill, shapes = [step_prefill[i] for i in kept], [shapes[i] for i in kept]
         self._launch(now, step_prefill, shapes, decodes=True, single=preempted)
 
     def _admit(
