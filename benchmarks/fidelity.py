@@ -49,7 +49,12 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fidelity_report import report, summary_table, targets
 
 from dynosim.errors import DynosimError
 from dynosim.perf.aic import EstimatedTimingWarning
@@ -282,82 +287,6 @@ def summarise(rows: Sequence[Measurement], outcomes: Sequence[Outcome]) -> dict[
 # ---- printing ------------------------------------------------------------------------------
 
 
-def _f(v: float | None, fmt: str = "{:.1f}") -> str:
-    return "-" if v is None else fmt.format(v)
-
-
-HEAD = ("| slice | rows | TTFT MAPE % | TTFT med % | TTFT bias % | TPOT MAPE % | TPOT med % "
-        "| TPOT bias % |\n|---|---:|---:|---:|---:|---:|---:|---:|")  # fmt: skip
-
-
-def _line(label: str, s: dict[str, Any]) -> str:
-    cells = [_f(s[k]) for k in ("ttft_mape", "ttft_medae", "ttft_bias",
-                                "tpot_mape", "tpot_medae", "tpot_bias")]  # fmt: skip
-    return f"| {label} | {s['rows']} | " + " | ".join(cells) + " |"
-
-
-def summary_table(data: dict[str, Any]) -> str:
-    """The README table: rows, pooled and per slice, both sets, and the bucket ratios."""
-    lines = ["| set | rows | aggregated replayed | refused | estimated / unmodelled |",
-             "|---|---:|---:|---:|---:|"]  # fmt: skip
-    for name, s in data.items():
-        share = s["agg_replayed"] / max(s["agg_rows"], 1)
-        lines.append(f"| {name} | {s['rows']} | {s['agg_replayed']} of {s['agg_rows']} "
-                     f"({share:.0%}) | {s['rows'] - s['replayed']} | "
-                     f"{s['estimated']} / {s['unmodelled']} |")  # fmt: skip
-    lines += ["", HEAD]
-    for name, s in data.items():
-        lines.append(_line(f"**{name}** pooled (agg)", s["pooled_agg"]))
-        lines.append(_line(f"{name}: without estimated / unmodelled", s["pooled_agg_clean"]))
-        if s["pooled_agg_unique"]["rows"] != s["pooled_agg"]["rows"]:
-            lines.append(_line(f"{name}: without copies of calibration rows",
-                               s["pooled_agg_unique"]))  # fmt: skip
-        for keys in s["slices"].values():
-            for key, st in keys.items():
-                if st["rows"]:
-                    lines.append(_line(f"{name}: {key}", st))
-    lines.append("")
-    lines.append("| set | median sim/measured TTFT (TPOT): " + " | ".join(b[0] for b in BUCKETS)
-                 + " |\n|---|" + "---:|" * len(BUCKETS))  # fmt: skip
-    for name, s in data.items():
-        cells = [f"{_f(b['ttft_ratio'], '{:.2f}')} ({_f(b['tpot_ratio'], '{:.2f}')})"
-                 for b in s["buckets"]["agg"].values()]  # fmt: skip
-        lines.append(f"| {name} (agg) | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def report(data: dict[str, Any]) -> str:
-    """The full text report (markdown tables)."""
-    out = []
-    for name, s in data.items():
-        out.append(f"\n## {name}: {s['rows']} rows, {s['replayed']} replayed "
-                   f"(aggregated {s['agg_replayed']} of {s['agg_rows']}); "
-                   f"{s['estimated']} with estimated step times, "
-                   f"{s['unmodelled']} of unmodelled architecture (counted apart)\n")  # fmt: skip
-        for r, n in s["refused"].items():
-            out.append(f"- refused {n}: {r}")
-        out.append("\n" + HEAD)
-        out.append(_line("pooled (agg)", s["pooled_agg"]))
-        out.append(_line("pooled (agg) without apart", s["pooled_agg_clean"]))
-        out.append(_line("apart (estimated / unmodelled)", s["apart"]))
-        out.append(_line("pooled (agg) without copies of calibration rows",
-                         s["pooled_agg_unique"]))  # fmt: skip
-        for title, keys in s["slices"].items():
-            for key, st in keys.items():
-                out.append(_line(f"{title}: {key}", st))
-        for mode, buckets in s["buckets"].items():
-            for label, st in buckets.items():
-                if st["rows"]:
-                    out.append(_line(f"{mode} {label} (ratio TTFT {_f(st['ttft_ratio'], '{:.2f}')}"
-                                     f", TPOT {_f(st['tpot_ratio'], '{:.2f}')})", st))  # fmt: skip
-        out.append("\n" + HEAD.replace("| slice |", "| group |"))
-        for g in s["groups"]:
-            tag = " (apart)" if g["apart"] else ""
-            refused = f" ({g['refused']} refused)" if g["refused"] else ""
-            out.append(_line(f"{g['group']}{tag}{refused}", g))
-    return "\n".join(out) + "\n"
-
-
 def main(argv: list[str] | None = None) -> int:
     """Parse the flags, replay, print."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -378,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# fidelity: {len(rows)} rows{sample}, {args.jobs} jobs, {elapsed:.0f} s")
     print(report(data))
     print(summary_table(data))
+    print(targets(data))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             per_row = [

@@ -84,3 +84,38 @@ def test_held_out_copies_of_calibration_rows_are_counted_apart() -> None:
     held = data["held-out"]
     assert (held["pooled_agg"]["rows"], held["pooled_agg_unique"]["rows"]) == (2, 1)
     assert held["slices"]["held out by name only"]["copy of a calibration row"]["rows"] == 1
+
+
+def test_issue_19_targets_are_checked_on_the_figures() -> None:
+    _fidelity()  # puts benchmarks/ on the path
+    from fidelity_report import targets
+
+    def group(name: str, rows: int, ttft: float, tpot: float) -> dict[str, object]:
+        return {"group": name, "rows": rows, "ttft_mape": ttft, "tpot_mape": tpot,
+                "ttft_bias": ttft, "tpot_bias": -tpot}  # fmt: skip
+
+    def bucket(ratio: float) -> dict[str, object]:
+        return {"rows": 5, "ttft_ratio": ratio, "tpot_ratio": 1.0}
+
+    held = {
+        "agg_rows": 100, "agg_replayed": 89,
+        "pooled_agg": {"ttft_mape": 34.9, "tpot_mape": 15.1},
+        "groups": [group("a/h200/vllm/agg", 10, 60.5, 5.0),
+                   group("b/h200/vllm/agg", 9, 99.0, 99.0),
+                   group("c/h200/vllm/disagg", 50, 99.0, 99.0),
+                   group("d/h200/vllm/agg", 40, 59.0, 29.0)],
+        "buckets": {"agg": {"c<=8": bucket(0.8), "c 9-64": bucket(1.25), "c>64": bucket(1.26)}},
+    }  # fmt: skip
+    cal = {"agg_rows": 10, "agg_replayed": 10,
+           "groups": [group("e/h100/trtllm/agg", 3, 20.0, 10.0),
+                      group("f/h100/sglang/agg", 3, 5.0, 10.5)]}  # fmt: skip
+    text = targets({"calibration": cal, "held-out": held})
+    assert "- met: held-out pooled TTFT MAPE <= 35%: 34.9%" in text
+    assert "- MISSED: held-out pooled TPOT MAPE <= 15%: 15.1%" in text
+    assert "1 over\n  - a/h200/vllm (10 rows): TTFT 60.5% (+)\n" in text  # 9 rows, disagg: not
+    assert (
+        "- MISSED: median TTFT ratio per concurrency bucket in [0.8, 1.25]: 0.80 / 1.25 / 1.26"
+        in text
+    )
+    assert "- MISSED: held-out rows replayed >= 90%: 89 of 100 (89%)" in text
+    assert "1 of 2 within\n  - f/h100/sglang (3 rows): TPOT 10.5% (-)\n" in text
