@@ -253,7 +253,8 @@ def check_feasible(config: DeploymentConfig) -> KVPool:
     """Check that ``config`` can run, and return its KV pool.
 
     Raises:
-        ConfigError: unknown model or GPU, a dtype the GPU has no tensor cores for, a TP degree
+        ConfigError: unknown model or GPU, a dtype (or MXFP8 MoE activations) the GPU has no
+            tensor cores for, a TP degree
             that does not divide the attention heads, or an expert-parallel shape the model
             cannot take (:func:`check_parallel`).
         InfeasibleError: the model does not fit in the GPUs' memory.
@@ -261,6 +262,7 @@ def check_feasible(config: DeploymentConfig) -> KVPool:
     model = model_spec(config.model)
     gpu = gpu_spec(config.gpu)
     gpu.flops(config.dtype)
+    gpu.check_moe_activation(config.moe_activation)
     if model.heads % config.tp:
         raise ConfigError(
             "tp", config.tp, f"a divisor of the {model.heads} attention heads of {model.name}"

@@ -70,6 +70,18 @@ class GpuSpec:
             return self.fp4_flops
         return self.bf16_flops
 
+    def check_moe_activation(self, activation: str | None) -> None:
+        """MXFP8 activations for MXFP4 experts need FP4 tensor cores (Blackwell).
+
+        Raises:
+            ConfigError: ``mxfp8`` on a GPU without them.
+        """
+        if activation == "mxfp8" and self.fp4_flops is None:
+            raise ConfigError(
+                "moe_activation", "mxfp8", f"bf16 on {self.name} (MXFP8 activations with MXFP4 "
+                "experts run on GPUs with FP4 tensor cores only: Blackwell)"
+            )  # fmt: skip
+
 
 _SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 """libyaml's safe loader when present: the same data as ``yaml.safe_load``, about 5x faster (a

@@ -113,11 +113,7 @@ def resolve_key(config: DeploymentConfig) -> AicKey:
     model = model_spec(config.model)
     gpu = gpu_spec(config.gpu)
     gpu.flops(config.dtype)
-    if config.moe_activation == "mxfp8" and not gpu.fp4_flops:
-        raise ConfigError(
-            "moe_activation", "mxfp8", f"bf16 on {config.gpu} (MXFP8 activations with MXFP4 "
-            "experts run on GPUs with FP4 tensor cores only: Blackwell)"
-        )  # fmt: skip
+    gpu.check_moe_activation(config.moe_activation)
     if model.aic_name is None:
         raise ConfigError(
             "timing", "aic", f"roofline (AIConfigurator has no data for model {config.model})"

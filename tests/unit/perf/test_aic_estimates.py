@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from dynosim.perf.aic import AicStepTime, EstimatedTimingWarning, check_key, qua
 from dynosim.perf.aic.build import _compile, _moe_as_expert_parallel
 from dynosim.perf.aic.cache import _build_or_error
 from dynosim.perf.aic.ops import probe_ops
+from dynosim.perf.memory import check_feasible
 from dynosim.validation.silicon import parse_row
 
 
@@ -183,6 +185,8 @@ def test_moe_activation_is_checked_before_anything_runs() -> None:
     hopper = DeploymentConfig.from_dict({**base, "dtype": "mxfp4", "moe_activation": "mxfp8"})
     with pytest.raises(ConfigError, match="FP4 tensor cores only: Blackwell"):
         aic.resolve_key(hopper)
+    with pytest.raises(ConfigError, match="FP4 tensor cores only: Blackwell"):
+        check_feasible(replace(hopper, timing="roofline"))  # every timing, not only AIC's
     assert "moe_activation" not in DeploymentConfig.from_dict({**base, "dtype": "mxfp4"}).to_dict()
 
 
