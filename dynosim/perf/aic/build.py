@@ -224,10 +224,7 @@ def _walk(key: AicKey, mode: str) -> None:
 
 def _estimable(key: AicKey, err: ConfigError) -> bool:
     """Whether ``err`` is missing measurements that HYBRID mode may estimate for ``key``."""
-    return key.database_mode == "hybrid" and _LACKS_DATA in str(err.allowed)
-
-
-_LACKS_DATA = LACKS_DATA
+    return key.database_mode == "hybrid" and LACKS_DATA in str(err.allowed)
 
 
 def build_tables(key: AicKey, mode: str = "SILICON") -> tuple[dict[str, F64], str]:
@@ -249,7 +246,7 @@ def build_tables(key: AicKey, mode: str = "SILICON") -> tuple[dict[str, F64], st
         raise
     except Exception as err:  # a grid point AIConfigurator has no data for
         reason = " ".join(str(err).split())[:700]
-        raise ConfigError("timing", "aic", f"roofline ({_LACKS_DATA}: {reason})") from None
+        raise ConfigError("timing", "aic", f"roofline ({LACKS_DATA}: {reason})") from None
 
 
 def _moe_as_expert_parallel(key: AicKey, h: Any) -> tuple[Any, str]:

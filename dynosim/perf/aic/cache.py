@@ -19,7 +19,7 @@ from dynosim.cache import write_atomic
 from dynosim.errors import ConfigError
 from dynosim.perf.aic.build import F64, _estimable, _walk, build_tables
 from dynosim.perf.aic.key import AicKey, cache_dir
-from dynosim.perf.aic.ops import LACKS_DATA as _LACKS_DATA
+from dynosim.perf.aic.ops import LACKS_DATA
 
 _ESTIMATE_FORMAT = 2  # how estimated tables were made: 1 HYBRID; 2 MoE from expert parallelism
 _TABLE_NAMES = (
@@ -99,7 +99,7 @@ def load_tables(key: AicKey) -> tuple[dict[str, F64], str]:
         with contextlib.suppress(OSError):  # a read-only cache is not an error
             write_atomic(path, lambda f: np.savez(f, **saved))  # type: ignore[arg-type]
     if note and key.database_mode == "silicon":
-        raise ConfigError("timing", "aic", f"roofline ({_LACKS_DATA}: {note})")
+        raise ConfigError("timing", "aic", f"roofline ({LACKS_DATA}: {note})")
     return tables, note
 
 
@@ -128,7 +128,7 @@ def _build_or_error(key: AicKey) -> tuple[dict[str, F64], str] | ConfigError:
     except ConfigError as err:
         if not _estimable(key, err):
             return err
-        missing = str(err.allowed).removeprefix(f"roofline ({_LACKS_DATA}: ").removesuffix(")")
+        missing = str(err.allowed).removeprefix(f"roofline ({LACKS_DATA}: ").removesuffix(")")
         missing = re.sub(r" at /\S+", "", missing)  # the data file AIConfigurator looked in
         missing = f"no measurements ({missing}): estimated by AIConfigurator's HYBRID mode"
     try:
