@@ -16,6 +16,7 @@ from simpy.events import NORMAL
 
 from dynosim.config import EngineConfig, PoolName
 from dynosim.engine.batch import FinishCallback
+from dynosim.engine.decode_runs import DecodeRuns
 from dynosim.engine.kv_cache import PrefixKVCache
 from dynosim.engine.policies import VllmWorker
 from dynosim.engine.state import RunningRequest
@@ -77,6 +78,7 @@ class WorkerPool:
         self.scaling_events = 0
         self.on_retire: Callable[[EngineWorker, int], None] | None = None
         self.on_tokens: TokensCallback | None = None  # given to every worker (see EngineWorker)
+        self._runs = DecodeRuns(perf.timing)  # the workers' decode step prices, shared
         for _ in range(workers):
             self.active.append(self._create(0))
 
@@ -150,6 +152,7 @@ class WorkerPool:
             timing=self.perf.timing,
             on_finish=self._on_finish,
             fast_forward=self._fast_forward,
+            runs=self._runs,
         )
         w.on_tokens = self.on_tokens
         self.workers.append(w)

@@ -25,21 +25,17 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 import simpy
 from simpy.events import NORMAL, URGENT
 
 from dynosim.config import EngineConfig
 from dynosim.engine.batch import Batch, FinishCallback
+from dynosim.engine.decode_runs import NO_SUMS, DecodeRuns
 from dynosim.engine.kv_cache import PrefixKVCache
 from dynosim.engine.state import RunningRequest
 from dynosim.perf.protocol import StepTimeModel
 from dynosim.timer import Timer
-
-if TYPE_CHECKING:
-    import numpy as np
-    import numpy.typing as npt
 
 TokensCallback = Callable[["EngineWorker", Sequence[int], int, int], None]
 """``(worker, step ends, tokens of each step, first tokens of the last step)``."""
@@ -88,11 +84,13 @@ class EngineWorker(Batch):
         timing: StepTimeModel,
         on_finish: FinishCallback,
         fast_forward: bool = True,
+        runs: DecodeRuns | None = None,
     ) -> None:
         super().__init__(engine, kv, on_finish)
         self.index = index
         self.env = env
         self.timing = timing
+        self.runs = runs if runs is not None else DecodeRuns(timing)  # a pool shares one
         self.fast_forward = fast_forward
         self.max_seqs = engine.max_num_seqs
         self.budget = engine.max_num_batched_tokens
@@ -104,8 +102,8 @@ class EngineWorker(Batch):
         self._version = 0
         self._step_prefill: list[tuple[RunningRequest, int]] = []
         self._seg_steps = 1
-        self._seg_durs: npt.NDArray[np.int64] | None = None  # each step's duration
-        self._seg_ends: npt.NDArray[np.int64] | None = None  # when each step ends (built late)
+        # Step j (from 1) of the segment ends at _seg_base + _seg_sums[_seg_t0 + j].
+        self._seg_sums, self._seg_t0, self._seg_base = NO_SUMS, 0, 0
         self._seg_applied = 1
         self._seg_demand = 0
         self._seg_top = 0
@@ -183,8 +181,7 @@ class EngineWorker(Batch):
     def sync(self, now_us: int) -> None:
         """Bring the KV state up to ``now_us`` inside a fast-forwarded segment."""
         if now_us >= self._sync_at:  # a segment step has started since the last allocation
-            started = bisect_right(self._ends(), now_us) + 1
-            self._apply_allocations(min(started, self._seg_steps))
+            self._apply_allocations(min(self._ended(now_us) + 1, self._seg_steps))
 
     # ----------------------------------------------------------------------- input
     def enqueue(self, rr: RunningRequest, now_us: int) -> None:
@@ -227,7 +224,7 @@ class EngineWorker(Batch):
         if self.on_tokens is not None:
             firsts = sum(1 for rr, c in self._step_prefill if rr.computed + c == rr.target)
             n = self.n_decode if self._step_decodes else 0
-            self.on_tokens(self, self._ends()[:k].tolist() if k > 1 else [now], n, firsts)
+            self.on_tokens(self, self._end_list(k) if k > 1 else [now], n, firsts)
         if self._step_decodes:
             self.decode_clock += k
             self.decode_steps += k
@@ -323,24 +320,30 @@ class EngineWorker(Batch):
                 k = self._admissible_after(k)
             if k > 1 and self.inbox:
                 k = self._received_after(k)
-        # The step ends are built only when read (a sync or a cut inside the segment, a host
-        # told the tokens): most segments run to their end unread, and need only the sum.
-        durs = self.timing.decode_run_us(n, kv_tokens, k)
-        self._seg_durs = durs
-        self._seg_ends = None
+        # The running sums of the steps' durations, from the pool's memo (DecodeRuns).
+        sums, t0 = self.runs.sums(n, kv_tokens, k)
+        self._seg_sums, self._seg_t0 = sums, t0
+        self._seg_base = now - int(sums[t0])
         self._seg_steps = k
         self._seg_applied = 1
         self._seg_demand = 0
-        self._sync_at = now + int(durs[0]) if k > 1 else _NEVER
-        self._schedule(now + int(durs.sum()))
+        self._sync_at = self._end(1) if k > 1 else _NEVER
+        self._schedule(self._end(k))
 
-    def _ends(self) -> npt.NDArray[np.int64]:
-        """When each step of the current segment ends (built on first use)."""
-        ends = self._seg_ends
-        if ends is None:  # an array: a segment's few reads cost less than a list of its steps
-            assert self._seg_durs is not None
-            ends = self._seg_ends = self._seg_durs.cumsum() + self._seg_start
-        return ends
+    def _end(self, j: int) -> int:
+        """When step ``j`` (from 1) of the current segment ends."""
+        return self._seg_base + int(self._seg_sums[self._seg_t0 + j])
+
+    def _ended(self, now: int) -> int:
+        """Steps of the current segment ended by ``now`` (the segment's ends, bisected)."""
+        t0 = self._seg_t0
+        hi = t0 + self._seg_steps + 1
+        return bisect_right(self._seg_sums, now - self._seg_base, t0 + 1, hi) - t0 - 1
+
+    def _end_list(self, k: int) -> list[int]:
+        """When each of the first ``k`` steps of the current segment ends."""
+        t0 = self._seg_t0
+        return (self._seg_sums[t0 + 1 : t0 + k + 1] + self._seg_base).tolist()  # type: ignore[no-any-return]
 
     def _admissible_after(self, k: int) -> int:
         """Steps of a ``k``-step segment to run before the policy would admit a request.
@@ -380,7 +383,7 @@ class EngineWorker(Batch):
 
     def _cut(self, now: int) -> None:
         """End the segment at the first step boundary strictly after ``now``."""
-        self._cut_to(bisect_right(self._ends(), now) + 1)
+        self._cut_to(self._ended(now) + 1)
 
     def _cut_to(self, steps: int) -> None:
         """End the segment after its first ``steps`` steps (nothing if it has no more)."""
@@ -388,7 +391,7 @@ class EngineWorker(Batch):
             self._seg_steps = steps
             if self._seg_applied >= steps:
                 self._sync_at = _NEVER
-            self._schedule(int(self._ends()[steps - 1]))
+            self._schedule(self._end(steps))
 
     def _apply_allocations(self, started: int) -> None:
         """Allocate the new blocks of segment steps up to ``started`` (step 0 already is)."""
@@ -398,4 +401,4 @@ class EngineWorker(Batch):
             self.kv.allocate(demand - self._seg_demand)
             self._seg_demand = demand
             self._seg_applied = started
-            self._sync_at = _NEVER if started >= self._seg_steps else int(self._ends()[started - 1])
+            self._sync_at = _NEVER if started >= self._seg_steps else self._end(started)

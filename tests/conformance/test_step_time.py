@@ -303,3 +303,28 @@ def test_aic_decode_attention_is_aiconfigurators_at_that_batch_and_length(
 
     growth = model.step_us((), n, 4 * n * s) - model.step_us((), n, n * s)
     assert growth == pytest.approx(aic_attention_us(4 * s) - aic_attention_us(s), rel=0.02, abs=2)
+
+
+def test_decode_runs_memo_prices_as_stepping(
+    model: StepTimeModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workers' memo of decode runs (chunks of running sums) gives the stepped durations.
+
+    Runs start anywhere in a chunk, cross one or several chunks, and revisit shapes priced
+    before (by another run, another residue of ``kv`` mod ``n``); the memo also starts over
+    (a small cap) without changing a price.
+    """
+    from dynosim.engine import decode_runs
+
+    monkeypatch.setattr(decode_runs, "_MAX_STEPS", 5000)
+    runs = decode_runs.DecodeRuns(model)
+    rng = np.random.default_rng(1)
+    cases = [(1, 5, 1030), (1, 1000, 30), (2, 2047 * 2 + 1, 2), (3, 9, 2500), (70, 70 * 63, 3)]
+    for _ in range(60):
+        n = int(rng.choice([1, 2, 3, 5, 9, 40, 300]))
+        cases.append((n, int(rng.integers(1, 20_000)) * n + int(rng.integers(n)),
+                      int(rng.integers(1, 1500))))  # fmt: skip
+    for n, kv, k in cases:
+        sums, t = runs.sums(n, kv, k)
+        got = (sums[t + 1 : t + k + 1] - sums[t]).tolist()
+        assert got == np.cumsum([model.step_us((), n, kv + j * n) for j in range(k)]).tolist()

@@ -49,8 +49,6 @@ would receive them.
 
 from __future__ import annotations
 
-from bisect import bisect_right
-
 import numpy as np
 
 from dynosim.config import EngineConfig
@@ -113,7 +111,7 @@ class SglangWorker(EngineWorker):
         self.inbox.append(rr)
         self.pending_prefill += rr.target - rr.remote
         if self._seg_steps > 1:  # end the segment where this iteration count receives
-            first = bisect_right(self._ends(), now_us) + 1
+            first = self._ended(now_us) + 1
             self._cut_to(first + (-(self._recv_count + first)) % self.recv_interval)
 
     def _receive(self) -> None:
