@@ -166,6 +166,10 @@ class CalibratedStepTime:
         self.floor = floor
         self._monotone = getattr(inner, "decode_monotone", None)
         self._floor_run = getattr(floor, "decode_run_float", None)
+        # A mixed step needs the inner prices of the step, its decodes and its chunks: one pass
+        # when the model offers it (AicStepTime.step_parts; a third of a decode pool's run
+        # priced the chunk and decode attention twice each).
+        self._parts = getattr(inner, "step_parts", None)
         self.overhead = FrameworkOverhead(cal.base_us, cal.per_request_us, cal.per_token_us)
         # Prefill-only steps of one request, by (chunk, context): a disaggregated prefill
         # worker's steps, whose first chunks (full budget, context a hit) often repeat.
@@ -180,7 +184,12 @@ class CalibratedStepTime:
             known = self._chunk_us.get(prefill[0])
             if known is not None:
                 return known
-        inner = float(self.inner.step_us(prefill, n_decode, decode_kv_tokens))
+        parts = self._parts if prefill and n_decode > 0 else None
+        if parts is not None:
+            whole, alone_us, chunks_us = parts(prefill, n_decode, decode_kv_tokens)
+        else:
+            whole = self.inner.step_us(prefill, n_decode, decode_kv_tokens)
+        inner = float(whole)
         floor = self.floor
         if not prefill:
             kernel = self.cal.decode * (inner - self.inner_overhead.us(n_decode))
@@ -195,10 +204,13 @@ class CalibratedStepTime:
         kernel = inner - self.inner_overhead.us(n_requests)
         decode = 0.0
         if n_decode > 0:
-            alone = float(self.inner.step_us((), n_decode, decode_kv_tokens))
-            decode = min(kernel, alone - self.inner_overhead.us(n_decode))
+            if parts is None:
+                alone_us = self.inner.step_us((), n_decode, decode_kv_tokens)
+            decode = min(kernel, float(alone_us) - self.inner_overhead.us(n_decode))
             if self.cal.prefill >= self.cal.decode:
-                chunks = float(self.inner.step_us(prefill, 0, 0))
+                if parts is None:
+                    chunks_us = self.inner.step_us(prefill, 0, 0)
+                chunks = float(chunks_us)
                 added = kernel - (chunks - self.inner_overhead.us(len(prefill)))
                 decode = max(0.0, min(added, decode))
         priced = self.cal.decode * decode + self.cal.prefill * (kernel - decode)

@@ -328,3 +328,23 @@ def test_decode_runs_memo_prices_as_stepping(
         sums, t = runs.sums(n, kv, k)
         got = (sums[t + 1 : t + k + 1] - sums[t]).tolist()
         assert got == np.cumsum([model.step_us((), n, kv + j * n) for j in range(k)]).tolist()
+
+
+def test_step_parts_are_the_three_prices(model: StepTimeModel) -> None:
+    """AicStepTime.step_parts (one pass) gives what pricing the mixed step, its decodes alone
+    and its chunks alone gives (CalibratedStepTime relies on it for every mixed step)."""
+    inner = getattr(model, "inner", model)
+    parts = getattr(inner, "step_parts", None)
+    if parts is None:
+        pytest.skip("the model prices mixed steps without step_parts")
+    rng = np.random.default_rng(2)
+    for _ in range(300):
+        prefill = [(int(rng.choice([1, 7, 512, 3000, 8192])), int(rng.integers(0, 100_000)))
+                   for _ in range(int(rng.integers(1, 4)))]  # fmt: skip
+        n = int(rng.integers(1, 300))
+        kv = n * int(rng.integers(1, 20_000)) + int(rng.integers(n))
+        assert parts(prefill, n, kv) == (
+            inner.step_us(prefill, n, kv),
+            inner.step_us((), n, kv),
+            inner.step_us(prefill, 0, 0),
+        )

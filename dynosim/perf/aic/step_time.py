@@ -223,6 +223,28 @@ class AicStepTime:
         total = self._const_us(max(tokens, 1), len(prefill) + n_decode) + attn
         return max(1, math.floor(total + 0.5))
 
+    def step_parts(
+        self, prefill: Sequence[tuple[int, int]], n_decode: int, decode_kv_tokens: int
+    ) -> tuple[int, int, int]:
+        """:meth:`step_us` of a mixed step, of its decodes alone and of its chunks alone.
+
+        One pass (each chunk's and the decodes' attention computed once) with the operations
+        of the three calls, in their order: the same integers (``prefill`` non-empty,
+        ``n_decode > 0``; for :class:`~dynosim.perf.overhead.CalibratedStepTime`).
+        """
+        tokens = 0
+        attn = self._floor
+        for chunk, context in prefill:
+            tokens += chunk
+            attn += self._prefill_attn_us(chunk, context) - self._floor
+        const = self._decode_row(n_decode)[2]
+        d = self._decode_attn_scalar_us(n_decode, float(decode_kv_tokens))
+        m = len(prefill)
+        whole = self._const_us(max(tokens + n_decode, 1), m + n_decode) + (attn + d)
+        chunks = self._const_us(max(tokens, 1), m) + attn
+        return (max(1, math.floor(whole + 0.5)), max(1, math.floor(d + const + 0.5)),
+                max(1, math.floor(chunks + 0.5)))  # fmt: skip
+
     def decode_run_us(
         self, n_decode: int, decode_kv_tokens: int, n_steps: int
     ) -> npt.NDArray[np.int64]:
