@@ -50,7 +50,7 @@ from dynosim.metrics import Metrics
 from dynosim.perf.speculative import extra_blocks, verify_steps
 from dynosim.recording import Recorder, SimResult
 from dynosim.router import make_router
-from dynosim.timer import Timer, run
+from dynosim.timer import at, run
 from dynosim.types import HASH_BLOCK_TOKENS, Request
 from dynosim.workload.release import WARMUP_PHASE, arrival_heap, check_requests, to_us
 
@@ -211,12 +211,12 @@ class Simulation:
     def _schedule_dispatch(self, at_us: int) -> None:
         self._dispatch_at = at_us
         self._dispatch_version += 1
-        Timer(self.env, at_us, self._dispatch_version, self._on_dispatch, NORMAL)
+        at(self.env, at_us, NORMAL, self._on_dispatch, self._dispatch_version)
 
-    def _on_dispatch(self, ev: Timer) -> None:
-        if ev.version != self._dispatch_version:
+    def _on_dispatch(self, version: int) -> None:
+        if version != self._dispatch_version:
             return
-        now = int(self.env.now)
+        now = int(self.env._now)
         heap = self._heap
         while heap and heap[0][0] <= now:
             _, rid = heapq.heappop(heap)
@@ -338,11 +338,11 @@ class Simulation:
         rr = self._leg(rid, remote=pr.req.input_tokens - 1)
         rr.cached_tokens = pr.cached_tokens
         self.rec.state[rid] = rr
-        Timer(self.env, now, rid, self._on_handover, NORMAL)
+        at(self.env, now, NORMAL, self._on_handover, rid)
 
-    def _on_handover(self, ev: Timer) -> None:
+    def _on_handover(self, rid: int) -> None:
         """Pick the prefilled request's decode worker and send the KV cache to it."""
-        rid, now = ev.version, int(self.env.now)
+        now = int(self.env._now)
         rr = self.rec.state[rid]
         assert rr is not None
         assert self.links is not None
@@ -354,7 +354,7 @@ class Simulation:
             self._commit(rid, w)
         arrive = self.links.reserve(w.index, now, remote)
         self.rec.transfer_us[rid] = arrive - now
-        Timer(self.env, arrive, rid, self._on_transferred, NORMAL)
+        at(self.env, arrive, NORMAL, self._on_transferred, rid)
 
     def _commit(self, rid: int, w: EngineWorker) -> None:
         """Assign decode worker ``w`` to remote request ``rid``; it counts there from now."""
@@ -362,8 +362,7 @@ class Simulation:
         w.incoming += 1
         w.incoming_blocks += -(-self.requests[rid].input_tokens // w.block_size)
 
-    def _on_transferred(self, ev: Timer) -> None:
-        rid = ev.version
+    def _on_transferred(self, rid: int) -> None:
         rr = self.rec.state[rid]
         assert rr is not None
         assert self.links is not None
@@ -371,7 +370,7 @@ class Simulation:
         w.incoming -= 1
         w.incoming_blocks -= -(-rr.req.input_tokens // w.block_size)
         self.rec.kv_bytes_received += rr.remote * self.links.bytes_per_token
-        w.enqueue(rr, int(self.env.now))
+        w.enqueue(rr, int(self.env._now))
 
     # ----------------------------------------------------------------- completion
     def _on_finish(self, rr: RunningRequest, now: int) -> None:

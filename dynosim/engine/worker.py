@@ -35,7 +35,7 @@ from dynosim.engine.decode_runs import NO_SUMS, DecodeRuns
 from dynosim.engine.kv_cache import PrefixKVCache
 from dynosim.engine.state import RunningRequest
 from dynosim.perf.protocol import StepTimeModel
-from dynosim.timer import Timer
+from dynosim.timer import at
 
 TokensCallback = Callable[["EngineWorker", Sequence[int], int, int], None]
 """``(worker, step ends, tokens of each step, first tokens of the last step)``."""
@@ -198,24 +198,24 @@ class EngineWorker(Batch):
         if not self.busy:
             self.busy = True
             self._version += 1
-            Timer(self.env, now_us, self._version, self._on_wake, NORMAL)
+            at(self.env, now_us, NORMAL, self._on_wake, self._version)
         elif self._seg_steps > 1:
             self._cut(now_us)
 
-    def _on_wake(self, ev: Timer) -> None:
-        if ev.version == self._version:
+    def _on_wake(self, version: int) -> None:
+        if version == self._version:
             self.touch()
-            self._start_step(int(self.env.now))
+            self._start_step(int(self.env._now))
 
     # ------------------------------------------------------------------- stepping
     def _schedule(self, at_us: int) -> None:
         self._version += 1
-        Timer(self.env, at_us, self._version, self._on_boundary, URGENT)
+        at(self.env, at_us, URGENT, self._on_boundary, self._version)
 
-    def _on_boundary(self, ev: Timer) -> None:
-        if ev.version != self._version:
+    def _on_boundary(self, version: int) -> None:
+        if version != self._version:
             return
-        now = int(self.env.now)
+        now = int(self.env._now)  # not the now property: a call less
         self.touch()
         self.events += 1
         k = self._seg_steps
