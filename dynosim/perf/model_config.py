@@ -302,6 +302,8 @@ def parse_config(cfg: dict[str, Any], *, name: str, aic_name: str | None) -> Mod
                 indexer_head_dim=_int(name, cfg, "index_head_dim"),
             )
     layer_types = cfg.get("layer_types") or []
+    if arch == "MiniMaxM2ForCausalLM":
+        extra.update(qk_norm_per_layer=cfg.get("qk_norm_type", "per_layer") == "per_layer")
     if arch == "GptOssForCausalLM":
         extra.update(
             attention_bias=True,

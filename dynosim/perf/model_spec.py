@@ -31,6 +31,9 @@ class ModelSpec:
         topk: Experts each token is routed to (0 for a dense model).
         moe_intermediate: Intermediate size of one expert.
         qk_norm: Whether each head has RMSNorm on q and k (Qwen3).
+        qk_norm_per_layer: The q and k RMSNorms span the whole projections, all heads at once
+            (MiniMax-M2's ``qk_norm_type: per_layer``), not each head: sharded by tensor
+            parallelism, each token's variance is summed across the ranks.
         dense_layers: Leading layers with a dense MLP of ``intermediate`` in a MoE model
             (``first_k_dense_replace``).
         shared_intermediate: Intermediate size of the shared expert(s) of a MoE layer, summed.
@@ -70,6 +73,7 @@ class ModelSpec:
     topk: int = 0
     moe_intermediate: int = 0
     qk_norm: bool = False
+    qk_norm_per_layer: bool = False
     dense_layers: int = 0
     shared_intermediate: int = 0
     shared_gate: bool = False

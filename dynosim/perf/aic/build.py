@@ -13,9 +13,11 @@ evaluates it once per grid point (4 points per octave), a few seconds per key:
 * ``dec_nonattn_us[R]``: every generation op except attention and the LM head for a decode-only
   step of ``R`` requests, when the generation op list differs from the context one (else empty).
 
-Tables are made monotone (running maximum along each axis) so that interpolated step times
-are monotone in every input. Also the cheap feasibility walk of a key's op lists
-(:func:`_walk`) and the proxy that times unmeasured MoE splits as expert parallelism.
+Tables are made monotone (running minimum from the far end of each axis: the lower monotone
+envelope, :func:`_monotone`) so that interpolated step times are monotone in every input.
+Ops the model runs that AIConfigurator's op list lacks are added (:mod:`.missing_ops`). Also
+the cheap feasibility walk of a key's op lists (:func:`_walk`) and the proxy that times
+unmeasured MoE splits as expert parallelism.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from dynosim.perf.aic.key import (
     _quiet,
     quant_modes,
 )
+from dynosim.perf.aic.missing_ops import qk_norm_ms
 from dynosim.perf.aic.named import NamedOps
 from dynosim.perf.aic.ops import LACKS_DATA, OpsFrom, borrowed_ops, probe_ops
 from dynosim.perf.model_config import max_context
@@ -60,9 +63,21 @@ def _log_grid(hi: int, *, zero: bool = False) -> F64:
 
 
 def _monotone(table: F64) -> F64:
-    """Running maximum along every axis."""
+    """The lower monotone envelope: each point the least time of any point at or above it.
+
+    A step with fewer tokens, requests or context than another can always run as that one
+    (engines pad a batch to a captured CUDA-graph size; a shorter context is a masked longer
+    one), so its time is at most the larger step's. And a measured kernel time errs upwards
+    only: a timing can be delayed (clock ramp, a cold cache, another process), never run
+    faster than the kernel can. AIConfigurator's tables have such isolated slow points (its
+    vLLM 0.24 FP8 CUTLASS GEMM on B200, N = K = 8192: 19 us at 4 rows, 38 us at 16, 18 us at
+    64), and the running maximum used before (format 4) carried each one to every larger step:
+    Llama-3.1-70B FP8 on one B200 priced at 18.2 ms per decode step from 1 to 128 tokens where
+    the table's own 8-token point is 14.5 ms.
+    """
     for axis in range(table.ndim):
-        table = np.maximum.accumulate(table, axis=axis)
+        flipped = np.flip(table, axis=axis)
+        table = np.flip(np.minimum.accumulate(flipped, axis=axis), axis=axis)
     return table
 
 
@@ -311,16 +326,29 @@ def _evaluate_grids(key: AicKey, h: Any) -> dict[str, F64]:
         def ms(values: list[Any]) -> float:
             return float(sum(v[1] for v in values))
 
+        def ctx_ops_at(idx: list[int], t: int) -> list[Any]:
+            return list(h.evaluate_context_ops(idx, batch_size=1, s=t, x=t))
+
+        def gen_ops_at(idx: list[int], r: int) -> list[Any]:
+            return list(h.evaluate_generation_ops(idx, batch_size=r, s=1))
+
+        # An op the model runs that AIConfigurator's list lacks (missing_ops), else nothing.
+        ctx_extra = qk_norm_ms(key, ctx_ops_at, _op_names(h.evaluate_context_ops, ctx_ops), ctx_ops)
+        gen_extra = qk_norm_ms(
+            key, gen_ops_at, _op_names(h.evaluate_generation_ops, gen_ops), gen_ops
+        )
+
+        def extra(add: Callable[[int], float] | None, t: int) -> float:
+            return 0.0 if add is None else add(t)
+
         tok = _log_grid(_MAX_TOKENS)
-        nonattn = [
-            ms(h.evaluate_context_ops(ctx_ops, batch_size=1, s=int(t), x=int(t))) for t in tok
-        ]
+        nonattn = [ms(ctx_ops_at(ctx_ops, int(t))) + extra(ctx_extra, int(t)) for t in tok]
         req = _log_grid(_MAX_REQUESTS)
-        logit = [ms(h.evaluate_generation_ops([logits], batch_size=int(r), s=1)) for r in req]
+        logit = [ms(gen_ops_at([logits], int(r))) for r in req]
         dec_nonattn = (
             []
             if same_ops
-            else [ms(h.evaluate_generation_ops(gen_ops, batch_size=int(r), s=1)) for r in req]
+            else [ms(gen_ops_at(gen_ops, int(r))) + extra(gen_extra, int(r)) for r in req]
         )
         chunk = _log_grid(_MAX_TOKENS)
         ctx = _log_grid(_MAX_TOKENS, zero=True)

@@ -25,8 +25,9 @@ from dynosim.config import AicDatabaseMode, DeploymentConfig
 from dynosim.errors import ConfigError
 from dynosim.perf.catalog import gpu_spec, model_spec
 
-TABLE_FORMAT = 4  # 2: parallelism, quantisation, every attention op; 3: context cap;
-# 4: decode attention by context per request
+TABLE_FORMAT = 5  # 2: parallelism, quantisation, every attention op; 3: context cap;
+# 4: decode attention by context per request; 5: the lower monotone envelope, ops AIConfigurator
+# lacks (missing_ops)
 
 
 @functools.cache
