@@ -43,7 +43,7 @@ from dynosim.perf.aic.key import (
 )
 from dynosim.perf.aic.missing_ops import qk_norm_ms
 from dynosim.perf.aic.named import NamedOps
-from dynosim.perf.aic.ops import LACKS_DATA, OpsFrom, borrowed_ops, probe_ops
+from dynosim.perf.aic.ops import LACKS_DATA, OpsFrom, borrowed_ops, op_names, probe_ops
 from dynosim.perf.model_config import max_context
 
 F64 = npt.NDArray[np.float64]
@@ -317,9 +317,9 @@ def _evaluate_grids(key: AicKey, h: Any) -> dict[str, F64]:
         gen_ops, gen_attn, logits = _op_indices(
             lambda idx: h.evaluate_generation_ops(idx, batch_size=1, s=16)
         )
-        same_ops = _op_names(h.evaluate_context_ops, ctx_ops) == _op_names(
-            h.evaluate_generation_ops, gen_ops
-        )
+        ctx_names = _op_names(h, "context", ctx_ops)
+        gen_names = _op_names(h, "generation", gen_ops)
+        same_ops = ctx_names == gen_names
         if logits < 0:
             raise ConfigError("timing", "aic", "roofline (AIConfigurator op list has no LM head)")
 
@@ -333,10 +333,8 @@ def _evaluate_grids(key: AicKey, h: Any) -> dict[str, F64]:
             return list(h.evaluate_generation_ops(idx, batch_size=r, s=1))
 
         # An op the model runs that AIConfigurator's list lacks (missing_ops), else nothing.
-        ctx_extra = qk_norm_ms(key, ctx_ops_at, _op_names(h.evaluate_context_ops, ctx_ops), ctx_ops)
-        gen_extra = qk_norm_ms(
-            key, gen_ops_at, _op_names(h.evaluate_generation_ops, gen_ops), gen_ops
-        )
+        ctx_extra = qk_norm_ms(key, ctx_ops_at, ctx_names, ctx_ops)
+        gen_extra = qk_norm_ms(key, gen_ops_at, gen_names, gen_ops)
 
         def extra(add: Callable[[int], float] | None, t: int) -> float:
             return 0.0 if add is None else add(t)
@@ -389,7 +387,7 @@ def _evaluate_grids(key: AicKey, h: Any) -> dict[str, F64]:
     }
 
 
-def _op_names(evaluate: Callable[..., list[Any]], indices: list[int]) -> list[str]:
-    """Names of the ops at ``indices`` without their phase prefix."""
-    names = [str(v[0]) for v in evaluate(indices, batch_size=1, s=16)]
-    return [n.removeprefix("context_").removeprefix("generation_") for n in names]
+def _op_names(h: Any, phase: str, indices: list[int]) -> list[str]:
+    """Names of ``h``'s ``phase`` ops at ``indices``, in that order, without the phase prefix."""
+    names = op_names(h, phase)
+    return [names[i].removeprefix(f"{phase}_") for i in indices]

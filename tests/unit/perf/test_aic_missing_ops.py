@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from dynosim.config import DeploymentConfig
+from dynosim.config import DeploymentConfig, EngineConfig
 from dynosim.perf import aic
 from dynosim.perf.aic.build import _compile, _op_indices, _op_names
 from dynosim.perf.aic.missing_ops import qk_norm_ms
@@ -22,7 +22,7 @@ def _generation(model: str, tp: int) -> tuple[Any, Any, list[int], list[str]]:
     )
     h, _ = _compile(key)
     ops, _, _ = _op_indices(lambda idx: h.evaluate_generation_ops(idx, batch_size=1, s=16))
-    return key, h, ops, _op_names(h.evaluate_generation_ops, ops)
+    return key, h, ops, _op_names(h, "generation", ops)
 
 
 def test_the_per_layer_norm_is_read_from_the_config() -> None:
@@ -58,3 +58,19 @@ def test_models_without_it_add_nothing() -> None:
     key, h, ops, names = _generation("Qwen/Qwen3-32B", 2)
     at = lambda idx, t: list(h.evaluate_generation_ops(idx, batch_size=t, s=1))  # noqa: E731
     assert qk_norm_ms(key, at, names, ops) is None
+
+
+def test_names_follow_the_op_list_when_the_all_reduce_is_borrowed() -> None:
+    """With vLLM's fused all-reduce the all-reduces are TensorRT-LLM's ops (evaluated after the
+    handle's own): each name still belongs to its own index, so the norm's all-reduce is
+    priced as the embedding all-reduce, not as whatever op follows it."""
+    config = DeploymentConfig(
+        model="MiniMaxAI/MiniMax-M2.5", gpu="b200_sxm", backend="vllm", dtype="fp8", tp=2,
+        engine=EngineConfig(allreduce_fusion=True),
+    )  # fmt: skip
+    h, _ = _compile(aic.resolve_key(config))
+    ops, _, _ = _op_indices(lambda idx: h.evaluate_generation_ops(idx, batch_size=1, s=16))
+    names = _op_names(h, "generation", ops)
+    for i, name in zip(ops, names, strict=True):
+        assert str(h.evaluate_generation_ops([i], batch_size=1, s=16)[0][0]) == f"generation_{name}"
+    assert "embedding_ar" in names
