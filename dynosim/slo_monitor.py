@@ -33,7 +33,7 @@ from simpy.events import NORMAL
 
 from dynosim.config import SLOConfig
 from dynosim.errors import ConfigError
-from dynosim.timer import Timer
+from dynosim.timer import at
 
 LatencyMetric = Literal["time_to_first_token", "inter_token_latency", "request_latency"]
 _PERCENTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99, "max": 1.0}
@@ -300,10 +300,10 @@ class MonitorState:
     # -------------------------------------------------------------------------- scans
     def _schedule(self, at_us: int) -> None:
         self._version += 1
-        Timer(self.env, at_us, self._version, self._on_scan, NORMAL)
+        at(self.env, at_us, NORMAL, self._on_scan, self._version)
 
-    def _on_scan(self, ev: Timer) -> None:
-        if ev.version != self._version:
+    def _on_scan(self, version: int) -> None:
+        if version != self._version:
             return
         now = int(self.env.now)
         arrived = self.arrived

@@ -19,7 +19,7 @@ from simpy.events import EventPriority
 
 from dynosim.cluster.pool import WorkerPool
 from dynosim.config import PlannerConfig, PoolName, SLOConfig
-from dynosim.timer import Timer
+from dynosim.timer import at
 from dynosim.types import Request
 
 TICK = EventPriority(2)
@@ -223,11 +223,11 @@ class Observer:
         """Schedule the first ticks, at time 0 (none if no request is open)."""
         if self._plan_us is not None and self._busy():
             self._next_adjust = self._adjust_us
-            Timer(self.env, 0, 0, self._on_plan_tick, TICK)
+            at(self.env, 0, TICK, self._on_plan_tick, 0)
         if self._sample_us is not None and self._busy():
-            Timer(self.env, 0, 0, self._on_sample_tick, TICK)
+            at(self.env, 0, TICK, self._on_sample_tick, 0)
 
-    def _on_plan_tick(self, ev: Timer) -> None:
+    def _on_plan_tick(self, _: int) -> None:
         """The planner's sample, and its decision when one is due."""
         now = int(self.env.now)
         win = self.window
@@ -243,16 +243,16 @@ class Observer:
             self.window = Window(start_us=now)
             self._next_adjust = now + self._adjust_us
         if self._busy():
-            Timer(self.env, now + self._plan_us, 0, self._on_plan_tick, TICK)
+            at(self.env, now + self._plan_us, TICK, self._on_plan_tick, 0)
 
-    def _on_sample_tick(self, ev: Timer) -> None:
+    def _on_sample_tick(self, _: int) -> None:
         """A timeline sample."""
         now = int(self.env.now)
         for name, pool in self.pools.items():
             self.timeline[name].append(sample(pool, now))
         if self._busy():
             assert self._sample_us is not None
-            Timer(self.env, now + self._sample_us, 0, self._on_sample_tick, TICK)
+            at(self.env, now + self._sample_us, TICK, self._on_sample_tick, 0)
 
 
 def prefill_tokens_per_s(pool: WorkerPool, isl: float) -> float:

@@ -22,7 +22,7 @@ from dynosim.engine.policies import VllmWorker
 from dynosim.engine.state import RunningRequest
 from dynosim.engine.worker import EngineWorker, TokensCallback
 from dynosim.router import Router
-from dynosim.timer import Timer
+from dynosim.timer import at
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -111,7 +111,7 @@ class WorkerPool:
             self._activate(w)
         else:
             self.starting[w.index] = w
-            Timer(self.env, now_us + startup_us, w.index, self._on_ready, NORMAL)
+            at(self.env, now_us + startup_us, NORMAL, self._on_ready, w.index)
         return w
 
     def remove(self, now_us: int) -> EngineWorker | None:
@@ -165,8 +165,8 @@ class WorkerPool:
         for w in self.workers:
             w.on_tokens = callback
 
-    def _on_ready(self, ev: Timer) -> None:
-        w = self.starting.pop(ev.version, None)
+    def _on_ready(self, index: int) -> None:
+        w = self.starting.pop(index, None)
         if w is not None:  # not cancelled meanwhile
             self._activate(w)
 
