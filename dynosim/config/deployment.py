@@ -45,6 +45,9 @@ DType = Literal["bf16", "fp8", "fp8_block", "nvfp4", "mxfp4", "int4_wo"]
 KVDType = Literal["bf16", "fp8"]
 MoEActivation = Literal["bf16", "mxfp8"]
 """Activation precision of MXFP4 experts (``moe_activation``)."""
+Fp8Scales = Literal["dynamic", "static"]
+"""How FP8 GEMMs scale their activations (``fp8_scales``): per step from the tensor's amax, or
+with the fixed scales the checkpoint ships (:data:`dynosim.perf.catalog.STATIC_FP8_CHECKPOINTS`)."""
 Mode = Literal["agg", "disagg"]
 
 PER_POOL_FIELDS = ("tp", "workers", "ep", "moe_tp", "attention_dp")
@@ -106,6 +109,7 @@ class DeploymentConfig:
     attention_dp: int = 1
     kv_cache_dtype: KVDType | None = None
     moe_activation: MoEActivation | None = None
+    fp8_scales: Fp8Scales | None = None
     host: HostConfig | None = None
     speculative: SpeculativeConfig | None = None
     aic_database_mode: AicDatabaseMode = "hybrid"
@@ -159,7 +163,7 @@ class DeploymentConfig:
         check_host(self.backend, self.host)
 
     def _check_element_types(self) -> None:
-        """The KV cache's and (MXFP4 experts only) the MoE activations' element types."""
+        """The KV cache's, (MXFP4 experts only) the MoE activations' element types, FP8 scales."""
         if self.kv_cache_dtype is not None:
             choice("kv_cache_dtype", self.kv_cache_dtype, get_args(KVDType))
         if self.moe_activation is not None:
@@ -167,6 +171,12 @@ class DeploymentConfig:
             if self.dtype != "mxfp4":
                 raise ConfigError(
                     "moe_activation", self.moe_activation, "unset unless dtype: mxfp4 (experts)"
+                )
+        if self.fp8_scales is not None:
+            choice("fp8_scales", self.fp8_scales, get_args(Fp8Scales))
+            if self.dtype != "fp8":
+                raise ConfigError(
+                    "fp8_scales", self.fp8_scales, "unset unless dtype: fp8 (per-tensor FP8)"
                 )
 
     def _check_engines(self) -> None:

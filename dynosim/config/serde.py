@@ -23,6 +23,7 @@ LEFT_OUT_AT_DEFAULT: dict[str, object] = {
     "attention_dp": 1,
     "kv_cache_dtype": None,
     "moe_activation": None,
+    "fp8_scales": None,
     "host": None,
 }
 """Fields newer than the first configs, left out of ``to_dict`` at these defaults (in a

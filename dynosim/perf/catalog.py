@@ -35,8 +35,10 @@ __all__ = [
     "GPU_HOUR_USD",
     "MODELS",
     "MODEL_ALIASES",
+    "STATIC_FP8_CHECKPOINTS",
     "GpuSpec",
     "ModelSpec",
+    "fp8_scales",
     "gpu_names",
     "gpu_spec",
     "model_names",
@@ -66,9 +68,28 @@ MODEL_ALIASES: dict[str, str] = {
     # keep the base model's config.json), and GLM-5 under Zhipu AI's former org name.
     "nvidia/DeepSeek-R1-NVFP4": "deepseek-ai/DeepSeek-R1",
     "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B",
+    "nvidia/Llama-3.3-70B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-70B",
     "nvidia/Qwen3-32B-NVFP4": "Qwen/Qwen3-32B",
     "zhipuai/GLM-5": "zai-org/GLM-5",
 }
+
+STATIC_FP8_CHECKPOINTS = frozenset(
+    {"nvidia/Llama-3.1-8B-Instruct-FP8", "nvidia/Llama-3.3-70B-Instruct-FP8"}
+)
+"""Per-tensor FP8 checkpoints that ship their activation scales: NVIDIA's ModelOpt exports
+(``hf_quant_config.json``: ``quant_algo: FP8``, an ``input_scale`` per linear layer). The engines
+quantise activations with that fixed scale, no amax pass: TensorRT-LLM's ``FP8QDQLinearMethod``
+(``static_quantize_e4m3_per_tensor`` once ``input_scale`` is loaded,
+``tensorrt_llm/_torch/modules/linear.py``), vLLM's and SGLang's ``ModelOptFp8LinearMethod``.
+AIConfigurator times them as ``fp8_static`` (its ``_infer_quant_modes_from_raw_config``:
+per-tensor FP8 is static unless the checkpoint marks its activations dynamic); an FP8 deployment
+of any other model (``--quantization fp8`` of a BF16 checkpoint) scales dynamically."""
+
+
+def fp8_scales(model: str) -> str:
+    """``static`` when ``model``'s checkpoint ships FP8 activation scales, else ``dynamic``."""
+    return "static" if model in STATIC_FP8_CHECKPOINTS else "dynamic"
+
 
 _EXAMPLE_MODELS = ("Qwen/Qwen3-32B", "meta-llama/Meta-Llama-3.1-8B")
 

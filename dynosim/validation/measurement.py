@@ -45,6 +45,8 @@ class Measurement:
             section (None: none).
         moe_activation: The activation precision of MXFP4 experts when the recipe sets it
             (a deployment's ``moe_activation``; None: the backend's default).
+        fp8_scales: ``static`` when the served checkpoint ships FP8 activation scales and the
+            row's model does not say so (a deployment's ``fp8_scales``; None: the model's).
     """
 
     where: str
@@ -73,6 +75,7 @@ class Measurement:
     recipe: str = ""
     speculative: dict[str, Any] | None = None
     moe_activation: str | None = None
+    fp8_scales: str | None = None
 
     @property
     def group(self) -> tuple[str, str, str, str]:

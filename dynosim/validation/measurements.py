@@ -43,7 +43,7 @@ from typing import Any, TextIO
 from dynosim.checks import integer, is_number
 from dynosim.errors import ConfigError, WorkloadError
 from dynosim.validation.measurement import Measurement
-from dynosim.validation.recipes import RowRecipe, recipe_flags
+from dynosim.validation.recipes import RowRecipe, recipe_flags, served_fp8_scales
 from dynosim.validation.silicon import parse_disagg_pools, parse_row, row_kv_dtype
 from dynosim.validation.tool_exports import is_aiperf_csv, parse_aiperf_csv, parse_json
 from dynosim.workload.client import CLIENTS, ClientName
@@ -271,6 +271,7 @@ def _silicon(path: Path, line: int, r: dict[str, str]) -> Measurement:
         moe_tp=row.moe_tp,
         attention_dp=row.attention_dp,
         kv_cache_dtype=_kv_dtype(recipe, row.backend, row.dtype),
+        fp8_scales=served_fp8_scales(base.model, row.dtype) if client == "inferencex" else None,
     )
     return m if recipe is None else _as_recipe_ran(m, recipe)
 

@@ -42,7 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RECIPES_CSV", "RowRecipe", "recipe_flags"]
+from dynosim.perf.catalog import fp8_scales
+
+__all__ = ["RECIPES_CSV", "SERVED_CHECKPOINTS", "RowRecipe", "recipe_flags", "served_fp8_scales"]
 
 RECIPES_CSV = Path(__file__).with_name("data") / "inferencex_recipes.csv"
 
@@ -63,6 +65,21 @@ or more (``EngineArgs._set_default_args``: ``max_num_batched_tokens`` 8192), its
 ``max_num_tokens`` 8192, ``free_gpu_memory_fraction`` 0.9 and ``enable_block_reuse`` true
 (``tensorrt_llm/llmapi/llm_args.py``); SGLang's radix cache on. SGLang sizes its chunk and
 memory fraction from the GPU's memory (``ServerArgs``): those stay the replay's."""
+
+
+SERVED_CHECKPOINTS: dict[tuple[str, str], str] = {
+    ("meta-llama/Llama-3.1-70B", "fp8"): "nvidia/Llama-3.3-70B-Instruct-FP8",
+}
+"""``(model_path, dtype)`` of an InferenceX row -> the checkpoint its server loaded, where
+AIConfigurator's row names the base model: every NVIDIA FP8 run of the 70B sweep (vLLM and
+TensorRT-LLM, ``.github/workflows/70b-tmpl.yml`` at each of its commits, later the master
+configs) served NVIDIA's ModelOpt export, whose activation scales are static."""
+
+
+def served_fp8_scales(model: str, dtype: str) -> str | None:
+    """An InferenceX row's ``fp8_scales`` when its served checkpoint decides them (else None)."""
+    served = SERVED_CHECKPOINTS.get((model, dtype))
+    return None if served is None else fp8_scales(served)
 
 
 @dataclass(frozen=True, slots=True)

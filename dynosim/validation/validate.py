@@ -185,7 +185,8 @@ def row_config(m: Measurement, timing: str = "aic") -> DeploymentConfig:
     if m.speculative is not None:
         data["speculative"] = m.speculative
     parallel = {"ep": m.ep, "moe_tp": m.moe_tp, "attention_dp": m.attention_dp,
-                "kv_cache_dtype": m.kv_cache_dtype, "moe_activation": m.moe_activation}  # fmt: skip
+                "kv_cache_dtype": m.kv_cache_dtype, "moe_activation": m.moe_activation,
+                "fp8_scales": m.fp8_scales}  # fmt: skip
     data |= {k: v for k, v in parallel.items() if v not in (None, 1)}
     return DeploymentConfig.from_dict(data)
 

@@ -23,7 +23,7 @@ from typing import Any
 from dynosim.cache import cache_root, write_atomic
 from dynosim.config import AicDatabaseMode, DeploymentConfig
 from dynosim.errors import ConfigError
-from dynosim.perf.catalog import gpu_spec, model_spec
+from dynosim.perf.catalog import fp8_scales, gpu_spec, model_spec
 
 TABLE_FORMAT = 5  # 2: parallelism, quantisation, every attention op; 3: context cap;
 # 4: decode attention by context per request; 5: the lower monotone envelope, ops AIConfigurator
@@ -76,6 +76,7 @@ class AicKey:
     database_mode: AicDatabaseMode = "hybrid"
     moe_activation: str | None = None
     allreduce_fusion: bool = False
+    fp8_static: bool = False
 
     def filename(self) -> str:
         """Cache file name (model ids have their slash replaced).
@@ -89,6 +90,8 @@ class AicKey:
             par += f"_moe-{moe}"  # a backend- and GPU-specific MoE format of the dtype
         if self.allreduce_fusion:
             par += "_arfused"
+        if self.fp8_static:
+            par += "_fp8static"
         return (
             f"{model}_{self.gpu}_{self.backend}-{self.backend_version}_tp{self.tp}_{self.dtype}"
             f"{par}_aic{aic_version()}_f{TABLE_FORMAT}.npz"
@@ -134,6 +137,8 @@ def resolve_key(config: DeploymentConfig) -> AicKey:
         database_mode=config.aic_database_mode,
         moe_activation=config.moe_activation,
         allreduce_fusion=bool(config.engine.allreduce_fusion),
+        fp8_static=config.dtype == "fp8"
+        and (config.fp8_scales or fp8_scales(config.model)) == "static",
     )
 
 
@@ -180,8 +185,15 @@ def quant_modes(key: AicKey) -> tuple[str, str | None]:
     SM100 backend is FlashInfer's TRT-LLM-gen kernel with BF16 activations; its
     ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1`` selects the MXFP8 one: ``get_mxfp4_backend``,
     ``vllm/model_executor/layers/quantization/mxfp4.py``).
+
+    Per-tensor FP8 GEMMs with the checkpoint's activation scales (``fp8_static``) are
+    AIConfigurator's own mode for them: its measured dynamic FP8 GEMM (the collectors build the
+    layer without an ``input_scale``, so it computes one per call) less its measured
+    compute-scale kernel (``computescale_perf``: dynamic minus static quantisation).
     """
     gemm, moe = QUANT_MODES[key.dtype]
+    if key.fp8_static:
+        return "fp8_static", moe
     if key.dtype != "mxfp4":
         return gemm, moe
     if key.moe_activation is not None:
