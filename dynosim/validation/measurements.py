@@ -46,6 +46,7 @@ from dynosim.validation.measurement import Measurement
 from dynosim.validation.recipes import RowRecipe, recipe_flags, served_fp8_scales
 from dynosim.validation.silicon import parse_disagg_pools, parse_row, row_kv_dtype
 from dynosim.validation.tool_exports import is_aiperf_csv, parse_aiperf_csv, parse_json
+from dynosim.validation.twins import adopt_twins
 from dynosim.workload.client import CLIENTS, ClientName
 from dynosim.workload.limits import (
     CLIENTS_WHY,
@@ -151,7 +152,7 @@ def _read_csv(p: Path, f: TextIO) -> list[Measurement]:
         raise WorkloadError(f"{p}:{reader.line_num}: malformed CSV: {exc}") from None
     if not out:
         raise WorkloadError(f"{p}: rows: none; allowed: a header and at least one row")
-    return out
+    return adopt_twins(out) if parse is _silicon else out
 
 
 def check_point(m: Measurement) -> Measurement:
