@@ -13,8 +13,9 @@ tower is not counted). Anything else (hybrid Mamba layers, other layer mixes, ot
 multimodal wrappers, unknown architectures) is refused with a one-line :class:`ConfigError`
 rather than sized wrongly: a wrong KV size gives wrong answers.
 
-A checkpoint's ``quantization_config`` is ignored: the architecture is the same, and the bytes
-per weight come from the deployment's ``dtype``.
+A checkpoint's ``quantization_config`` does not change the architecture, and the bytes per weight
+come from the deployment's ``dtype``; only whether its FP8 weights are block-scaled
+(``weight_block_size``) is read (:attr:`ModelSpec.fp8_block_weights`).
 """
 
 from __future__ import annotations
@@ -257,6 +258,8 @@ def parse_config(cfg: dict[str, Any], *, name: str, aic_name: str | None) -> Mod
     Raises:
         ConfigError: a field is missing or malformed, or the architecture is not supported yet.
     """
+    quant = cfg.get("quantization_config")
+    block_fp8 = isinstance(quant, dict) and bool(quant.get("weight_block_size"))
     cfg = text_config(cfg)
     reason = unsupported_reason(cfg)
     if reason is not None:
@@ -346,5 +349,6 @@ def parse_config(cfg: dict[str, Any], *, name: str, aic_name: str | None) -> Mod
         topk=topk,
         moe_intermediate=moe_intermediate,
         qk_norm=SUPPORTED_ARCHITECTURES[arch],
+        fp8_block_weights=block_fp8,
         **extra,
     )

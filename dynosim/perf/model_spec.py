@@ -31,6 +31,9 @@ class ModelSpec:
         topk: Experts each token is routed to (0 for a dense model).
         moe_intermediate: Intermediate size of one expert.
         qk_norm: Whether each head has RMSNorm on q and k (Qwen3).
+        fp8_block_weights: The checkpoint's FP8 weights carry a scale per 128 x 128 block
+            (``quantization_config.weight_block_size``: DeepSeek-V3/R1, MiniMax-M2,
+            Qwen3-235B-A22B-FP8), not one per tensor.
         qk_norm_per_layer: The q and k RMSNorms span the whole projections, all heads at once
             (MiniMax-M2's ``qk_norm_type: per_layer``), not each head: sharded by tensor
             parallelism, each token's variance is summed across the ranks.
@@ -74,6 +77,7 @@ class ModelSpec:
     moe_intermediate: int = 0
     qk_norm: bool = False
     qk_norm_per_layer: bool = False
+    fp8_block_weights: bool = False
     dense_layers: int = 0
     shared_intermediate: int = 0
     shared_gate: bool = False

@@ -77,6 +77,7 @@ class AicKey:
     moe_activation: str | None = None
     allreduce_fusion: bool = False
     fp8_static: bool = False
+    fp8_block: bool = False
 
     def filename(self) -> str:
         """Cache file name (model ids have their slash replaced).
@@ -92,6 +93,8 @@ class AicKey:
             par += "_arfused"
         if self.fp8_static:
             par += "_fp8static"
+        if self.fp8_block:
+            par += "_fp8block"
         return (
             f"{model}_{self.gpu}_{self.backend}-{self.backend_version}_tp{self.tp}_{self.dtype}"
             f"{par}_aic{aic_version()}_f{TABLE_FORMAT}.npz"
@@ -139,6 +142,7 @@ def resolve_key(config: DeploymentConfig) -> AicKey:
         allreduce_fusion=bool(config.engine.allreduce_fusion),
         fp8_static=config.dtype == "fp8"
         and (config.fp8_scales or fp8_scales(config.model)) == "static",
+        fp8_block=config.dtype == "fp8" and config.backend == "trtllm" and model.fp8_block_weights,
     )
 
 
@@ -190,8 +194,17 @@ def quant_modes(key: AicKey) -> tuple[str, str | None]:
     AIConfigurator's own mode for them: its measured dynamic FP8 GEMM (the collectors build the
     layer without an ``input_scale``, so it computes one per call) less its measured
     compute-scale kernel (``computescale_perf``: dynamic minus static quantisation).
+
+    TensorRT-LLM runs the FP8 GEMMs of a block-scaled checkpoint (``weight_block_size`` in its
+    ``quantization_config``: DeepSeek-V3/R1) as block-scaled ones (``FP8_BLOCK_SCALES``: DeepGEMM
+    on Blackwell, ``fp8_block_scaling_gemm`` on Hopper), AIConfigurator's ``fp8_block`` (its
+    collector times that Linear path); vLLM's and SGLang's stay ``fp8`` (their AIConfigurator
+    block tables time vLLM 0.24's and SGLang 0.5.14's block kernels, up to 4.5x the per-tensor
+    time on Hopper, not checked against the releases the measured rows ran).
     """
     gemm, moe = QUANT_MODES[key.dtype]
+    if key.fp8_block:
+        return "fp8_block", moe
     if key.fp8_static:
         return "fp8_static", moe
     if key.dtype != "mxfp4":

@@ -63,22 +63,29 @@ def _compute_scale_ms(gpu: str, version: str, m: int, k: int) -> float:
     return float(row.latency.iloc[0])
 
 
+def _qkv_ms(model: str) -> tuple[float, str]:
+    """The QKV GEMMs of a 4-request decode step (ms) and the backend's data version."""
+    key = aic.resolve_key(_config(model))
+    h, _ = _compile(key)
+
+    def ops_at(idx: list[int]) -> list[Any]:
+        return list(h.evaluate_generation_ops(idx, batch_size=1, s=16))
+
+    ops, _, _ = _op_indices(ops_at)
+    qkv = dict(zip(_op_names(h, "generation", ops), ops, strict=True))["qkv_gemm"]
+    return float(h.evaluate_generation_ops([qkv], batch_size=4, s=1)[0][1]), key.backend_version
+
+
 def test_a_static_gemm_is_the_dynamic_one_less_the_measured_compute_scale() -> None:
     """Llama-3.1-8B on one H200 with TensorRT-LLM, 4 decode requests: the QKV projection of
     each of the 32 layers reads 4 x 4,096 activations, so the static step's QKV GEMMs are the
     dynamic ones less 32 compute-scale kernels at m = 4, k = 4,096 (TensorRT-LLM's
     ``quantize_e4m3_per_tensor`` minus ``static_quantize_e4m3_per_tensor``, ~7 us each)."""
-    times = {}
-    for model in (_8B_FP8, "meta-llama/Llama-3.1-8B-Instruct"):
-        key = aic.resolve_key(_config(model))
-        h, _ = _compile(key)
-        ops, _, _ = _op_indices(lambda idx, h=h: h.evaluate_generation_ops(idx, batch_size=1, s=16))
-        qkv = dict(zip(_op_names(h, "generation", ops), ops, strict=True))["qkv_gemm"]
-        times[key.fp8_static] = float(h.evaluate_generation_ops([qkv], batch_size=4, s=1)[0][1])
-        version = key.backend_version
+    static, version = _qkv_ms(_8B_FP8)
+    dynamic, _ = _qkv_ms("meta-llama/Llama-3.1-8B-Instruct")
     scale = _compute_scale_ms("h200_sxm", version, 4, 4096)
     assert 0.004 < scale < 0.012
-    assert times[True] == pytest.approx(times[False] - 32 * scale, rel=1e-9, abs=1e-9)
+    assert static == pytest.approx(dynamic - 32 * scale, rel=1e-9, abs=1e-9)
 
 
 def test_inferencex_70b_fp8_rows_replay_the_modelopt_checkpoint() -> None:
@@ -91,3 +98,24 @@ def test_inferencex_70b_fp8_rows_replay_the_modelopt_checkpoint() -> None:
     assert all(aic.resolve_key(row_config(m)).fp8_static for m in fp8[:: len(fp8) // 5])
     assert all(m.fp8_scales is None for m in llama if m.dtype != "fp8")
     assert all(m.fp8_scales is None for m in rows if m.model != "meta-llama/Llama-3.1-70B")
+
+
+def test_block_scaled_checkpoints_run_block_gemms_on_tensorrt_llm() -> None:
+    """DeepSeek-R1's checkpoint scales its FP8 weights per 128 x 128 block
+    (``weight_block_size``): TensorRT-LLM loads it as ``FP8_BLOCK_SCALES``; vLLM and SGLang keep
+    AIConfigurator's per-tensor tables (see ``quant_modes``)."""
+    assert model_spec("deepseek-ai/DeepSeek-R1").fp8_block_weights
+    assert not model_spec("meta-llama/Llama-3.1-70B").fp8_block_weights
+    deepseek = {"model": "deepseek-ai/DeepSeek-R1", "gpu": "h200_sxm", "tp": 8, "dtype": "fp8"}
+    trt = aic.resolve_key(DeploymentConfig.from_dict(deepseek | {"backend": "trtllm"}))
+    assert trt.fp8_block
+    assert quant_modes(trt)[0] == "fp8_block"
+    assert trt.filename().endswith(
+        f"_fp8block_aic{aic.key.aic_version()}_f{aic.key.TABLE_FORMAT}.npz"
+    )
+    for backend in ("vllm", "sglang"):
+        other = aic.resolve_key(DeploymentConfig.from_dict(deepseek | {"backend": backend}))
+        assert not other.fp8_block
+        assert quant_modes(other)[0] == "fp8"
+    llama = aic.resolve_key(_config("meta-llama/Llama-3.1-8B-Instruct"))
+    assert not llama.fp8_block
