@@ -26,7 +26,7 @@ memmove per change, which below ~10^5 entries costs less than any balanced tree 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, KeysView, Sequence
 from typing import Any, TypeVar
 
 from dynosim.engine.worker import EngineWorker
@@ -35,51 +35,73 @@ S = TypeVar("S", bound=Hashable)
 
 
 class BlockIndex:
-    """``unit hash -> indices of the workers caching it``, kept by the workers' KV events."""
+    """``unit hash -> indices of the workers caching it``, kept by the workers' KV events.
+
+    A unit one worker caches (a prompt's own tail: most units of a large cluster) maps to that
+    worker's index, not to a set of one: no set to make, keep and free per unit stored.
+    """
 
     def __init__(self) -> None:
-        self._holders: dict[int, set[int]] = {}
-        self._attached: set[int] = set()
+        self._holders: dict[int, int | set[int]] = {}
+        self.attached: set[int] = set()  # indices of the workers listened to
 
     def attach(self, w: EngineWorker) -> None:
         """Listen to ``w``'s KV events (once), starting from what it caches now."""
-        if w.index in self._attached:
+        if w.index in self.attached:
             return
-        self._attached.add(w.index)
+        self.attached.add(w.index)
         holders, i = self._holders, w.index
 
         def stored(hashes: Iterable[int]) -> None:
             for h in hashes:
                 s = holders.get(h)
                 if s is None:
-                    holders[h] = {i}
+                    holders[h] = i
+                elif isinstance(s, int):
+                    holders[h] = {s, i}  # a worker stores only units it does not cache
                 else:
                     s.add(i)
 
         def evicted(h: int) -> None:
             s = holders[h]
-            s.discard(i)
-            if not s:
+            if isinstance(s, int):
                 del holders[h]
+            else:
+                s.discard(i)
+                if not s:
+                    del holders[h]
 
         stored(w.kv.cached())
         w.kv.on_store = stored
         w.kv.on_evict = evicted
 
     def holders(self, h: int) -> set[int]:
-        """Indices of the workers caching unit ``h`` (do not change the set)."""
-        return self._holders.get(h, _EMPTY)
+        """Indices of the workers caching unit ``h``.
 
+        The index's own set (do not change it; the next KV event of one of them may) or a new one.
+        """
+        s = self._holders.get(h)
+        if s is None:
+            return set()
+        return {s} if isinstance(s, int) else s
 
-_EMPTY: set[int] = set()
+    def holding(self, h: int, among: set[int] | KeysView[int]) -> set[int]:
+        """The workers of ``among`` caching unit ``h`` (a new set)."""
+        s = self._holders.get(h)
+        if s is None:
+            return set()
+        if isinstance(s, int):
+            return {s} if s in among else set()
+        return among & s
 
 
 class Group:
     """Workers with the same load terms: their indices, and those inside a lagging segment."""
 
-    __slots__ = ("members", "segment")
+    __slots__ = ("members", "segment", "state")
 
-    def __init__(self) -> None:
+    def __init__(self, state: tuple[Any, ...] = ()) -> None:
+        self.state = state  # the terms, as first recorded (the key of ``LoadIndex.groups``)
         self.members: list[int] = []  # worker indices, ascending
         self.segment: set[int] = set()  # members whose fast-forwarded KV may lag
 
@@ -96,7 +118,11 @@ class LoadIndex:
         self.workers: dict[int, EngineWorker] = {}
         self.order: list[tuple[Any, ...]] = []  # the states with members, ascending
         self.groups: dict[tuple[Any, ...], Group] = {}
+        # Each worker's state: its group's ``state`` object itself, so that ``state_of[i] is s``
+        # tells membership of the group of ``s`` (an element of ``order``) without comparing.
         self.state_of: dict[int, tuple[Any, ...]] = {}
+        self.group_of: dict[int, Group] = {}  # each worker's group (no state to hash)
+        self.first: dict[int, Any] = {}  # each worker's first term (a key that sorts fast)
         self.changed: list[EngineWorker] = []  # what the workers append to (``watch``)
 
     def __len__(self) -> int:
@@ -106,7 +132,8 @@ class LoadIndex:
         """Track exactly ``workers`` (a pool added or drained some): O(workers), rarely."""
         new = {w.index: w for w in workers}
         for i in [i for i in self.workers if i not in new]:
-            self._leave(i)
+            self._leave(i, self.group_of.pop(i))
+            del self.state_of[i], self.first[i]
             w = self.workers.pop(i)
             if w.watch is self.changed:
                 w.watch = None
@@ -133,30 +160,44 @@ class LoadIndex:
         """Move ``w`` to the group of its current state."""
         i = w.index
         s = self._state(w)
-        old = self.state_of.get(i)
-        if old != s:
-            if old is not None:
-                self._leave(i)
-            self.state_of[i] = s
-            g = self.groups.get(s)
-            if g is None:
-                g = self.groups[s] = Group()
-                insort(self.order, s)
-            insort(g.members, i)
-        else:
-            g = self.groups[s]
+        g = self.group_of.get(i)
+        if g is None or g.state != s:
+            groups, order = self.groups, self.order
+            new = groups.get(s)
+            if new is None and g is not None and len(g.members) == 1:
+                # Alone in its group and alone in the new state (the common move in a large
+                # cluster, where few workers share a state): the same group, re-keyed.
+                old = g.state
+                del groups[old]
+                del order[bisect_left(order, old)]
+                g.state = s
+                groups[s] = g
+                insort(order, s)
+                self.state_of[i] = s
+                self.first[i] = s[0]
+            else:
+                if g is not None:
+                    self._leave(i, g)
+                if new is None:
+                    new = groups[s] = Group(s)
+                    insort(order, s)
+                g = new
+                self.group_of[i] = g
+                self.state_of[i] = g.state
+                self.first[i] = s[0]
+                insort(g.members, i)
         if w.in_segment:
             g.segment.add(i)
         else:
             g.segment.discard(i)
 
-    def _leave(self, i: int) -> None:
-        s = self.state_of.pop(i)
-        g = self.groups[s]
+    def _leave(self, i: int, g: Group) -> None:
+        """Take ``i`` out of its group ``g`` (the caller sets or drops its entries)."""
         members = g.members
         del members[bisect_left(members, i)]
         g.segment.discard(i)
-        if not g.members:
+        if not members:
+            s = g.state
             del self.groups[s]
             order = self.order
             del order[bisect_left(order, s)]
@@ -193,6 +234,8 @@ def kth(k: int, groups: Sequence[Group], minus: Sequence[int], plus: Sequence[in
     ``minus`` (sorted) are members of the groups to leave out, ``plus`` (sorted) indices in no
     group to add. A bisection on the worker index: O(log(index) x groups x log(members)).
     """
+    if not groups:  # tied candidates only (idle workers caching the prompt, say)
+        return int(plus[k])
     if len(groups) == 1 and not minus and not plus:
         return int(groups[0].members[k])
     lo, hi = 0, max([int(g.members[-1]) for g in groups] + list(plus))

@@ -16,7 +16,6 @@ same worker without listing them.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from itertools import pairwise
@@ -52,10 +51,6 @@ _Cost = Callable[[int, int, int, int], float]
 """``kv_cost`` with the router's weight, the request's prompt and the block size bound."""
 
 
-def _index_of(w: EngineWorker) -> int:
-    return w.index
-
-
 class _Indexed:
     """Keeps the load index in step with the list of workers the router is given.
 
@@ -70,6 +65,7 @@ class _Indexed:
         self._load = LoadIndex(self._state)
         self._list: Sequence[EngineWorker] | None = None
         self._n = -1
+        self._pos: dict[int, int] = {}  # worker index -> position in ``_list``
 
     def _state(self, w: EngineWorker) -> tuple[Any, ...]:
         raise NotImplementedError
@@ -98,12 +94,13 @@ class _Indexed:
                 raise ValueError("routed workers must be in ascending index order")
             self._load.reset(workers)
             self._list, self._n = workers, len(workers)
+            self._pos = {w.index: p for p, w in enumerate(workers)}
         self._load.refresh()
 
     def _pick(self, workers: Sequence[EngineWorker], index: int) -> int:
         """Position of worker ``index`` in ``workers``; it will change, so it is re-read."""
         self._load.workers[index].touch()
-        return bisect_left(workers, index, key=_index_of)
+        return self._pos[index]
 
 
 class LeastLoaded(_Indexed):
@@ -207,6 +204,7 @@ class KvAware(_Indexed):
         self._rng = rng
         self._scan = KvAwareScan(overlap_weight, temperature, rng)
         self._blocks = BlockIndex()
+        self._only_routed = True  # the block index holds only the routed workers
 
     def _state(self, w: EngineWorker) -> tuple[Any, ...]:
         used, pending = w.kv.used, w.pending_prefill
@@ -218,7 +216,10 @@ class KvAware(_Indexed):
                 if w.block_size != workers[0].block_size:
                     raise ValueError("routed workers must share one block size")
                 self._blocks.attach(w)
-        super()._prepare(workers)
+            super()._prepare(workers)
+            self._only_routed = self._blocks.attached == self._load.workers.keys()
+        else:
+            super()._prepare(workers)
 
     def _scans(self, workers: Sequence[EngineWorker]) -> bool:
         return self.temperature > 0 or super()._scans(workers)
@@ -230,36 +231,39 @@ class KvAware(_Indexed):
         w0 = workers[0]
         cost = partial(kv_cost, self.overlap_weight, target, w0.block_size)
         unit = w0.kv.unit_blocks
-        cands, exact = self._candidates(hashes, limit, cost, unit, now_us)
-        best, groups = self._scan_groups(cands, exact, cost, unit, now_us)
+        cands, exact, cand_best = self._candidates(hashes, limit, cost, unit, now_us)
+        best, groups, minus = self._scan_groups(cands, cand_best, cost, unit, now_us)
         # Ties in index order: tied candidates, and the other members of the tied groups.
-        plus = sorted(i for i, c in exact.items() if c == best)
-        minus = sorted(i for s, g in groups for i in self._among(cands, s, g))
-        n = len(plus) - len(minus) + sum(len(g.members) for _, g in groups)
+        plus = [i for i, c in exact.items() if c == best] if best == cand_best else []
+        if len(plus) > 1:
+            plus.sort()
+        n = len(plus) - len(minus) + sum([len(g.members) for g in groups])
         k = 0 if n == 1 else int(self._rng.integers(n))
-        return self._pick(workers, kth(k, [g for _, g in groups], minus, plus))
+        return self._pick(workers, kth(k, groups, minus, plus))
 
     def _candidates(
         self, hashes: Sequence[int], limit: int, cost: _Cost, unit: int, now_us: int
-    ) -> tuple[set[int], dict[int, float]]:
-        """The workers caching the prompt's first unit, and the exact costs of those that count.
+    ) -> tuple[set[int], dict[int, float], float]:
+        """The workers caching the prompt's first unit, the exact costs of those that count.
 
-        Their prefix hits come from the block index in one walk over the prompt (the set of
-        workers holding the first ``d`` units shrinks as ``d`` grows, as Dynamo's inverted
-        index finds overlaps). Within each hit depth the workers are visited in ascending
-        recorded key; a lagging one is synced (its hit may drop, its load rise) and costed
-        exactly; the visit of a depth stops where even the recorded terms cannot reach the
-        best cost so far.
+        And the lowest of these costs. Their prefix hits come from the block index in one walk
+        over the prompt (the set of workers holding the first ``d`` units shrinks as ``d``
+        grows, as Dynamo's inverted index finds overlaps). Within each hit depth the workers are
+        visited in ascending recorded key; a lagging one is synced (its hit may drop, its load
+        rise) and costed exactly; the visit of a depth stops where even the recorded terms
+        cannot reach the best cost so far.
         """
         load = self._load
         if limit <= 0:
-            return set(), {}
-        holders = self._blocks.holders
-        cands = holders(hashes[0]) & load.workers.keys()
+            return set(), {}, _INF
+        blocks = self._blocks
+        h = hashes[0]
+        cands = blocks.holders(h) if self._only_routed else blocks.holding(h, load.workers.keys())
+        shared = self._only_routed  # cands may be the index's set: copied before a sync changes it
         levels: list[tuple[int, set[int]]] = []
         level, d = cands, 1
         while level and d < limit:
-            deeper = level & holders(hashes[d])
+            deeper = blocks.holding(hashes[d], level)
             if len(deeper) < len(level):
                 levels.append((d, level - deeper))
             level, d = deeper, d + 1
@@ -275,6 +279,8 @@ class KvAware(_Indexed):
                     break
                 w = load.workers[i]
                 if w.lags(now_us):
+                    if shared:
+                        cands, shared = set(cands), False
                     w.sync(now_us)
                     c = cost(w.kv.match(hashes, limit), unit, w.kv.used, w.pending_prefill)
                 else:
@@ -282,7 +288,7 @@ class KvAware(_Indexed):
                 exact[i] = c
                 best = min(best, c)
         load.refresh()
-        return cands, exact
+        return cands, exact, best
 
     def _ascending(self, level: set[int]) -> Iterator[int]:
         """The workers of ``level`` in ascending recorded state.
@@ -293,7 +299,10 @@ class KvAware(_Indexed):
         """
         load = self._load
         if len(level) <= SORT_MAX:
-            yield from sorted(level, key=load.state_of.__getitem__)
+            # By the first term only (a float: it sorts several times faster than the states):
+            # workers with equal first terms are visited or passed over together, whatever
+            # their order (the stop compares that term), so the costs found are the same.
+            yield from sorted(level, key=load.first.__getitem__)
             return
         groups = load.groups
         for s in load.order:  # not changed while the caller reads (it syncs, then refreshes)
@@ -302,33 +311,38 @@ class KvAware(_Indexed):
                     yield i
 
     def _among(self, cands: set[int], s: tuple[Any, ...], g: Group) -> list[int]:
-        """The candidates in group ``g`` (state ``s``), from the smaller side."""
+        """The candidates in group ``g``, from the smaller side.
+
+        ``s`` is the group's state as in the load index's order (``state_of[i] is s``).
+        """
         if len(cands) <= len(g.members):
             state_of = self._load.state_of
-            return [i for i in cands if state_of[i] == s]
+            return [i for i in cands if state_of[i] is s]
         return [i for i in g.members if i in cands]
 
     def _scan_groups(
-        self, cands: set[int], exact: dict[int, float], cost: _Cost, unit: int, now_us: int
-    ) -> tuple[float, list[tuple[tuple[Any, ...], Group]]]:
-        """The lowest cost and the groups of non-candidates that have it.
+        self, cands: set[int], cand_best: float, cost: _Cost, unit: int, now_us: int
+    ) -> tuple[float, list[Group], list[int]]:
+        """The lowest cost, the groups of non-candidates that have it, the candidates among them.
 
-        Groups are visited in ascending key order while their key could reach the best cost;
-        a lagging non-candidate of such a group is synced (its key rises) and the walk restarts.
+        The candidates come ascending (the groups' members to leave out of the tie). Groups are
+        visited in ascending key order while their key could reach the best cost; a lagging
+        non-candidate of such a group is synced (its key rises) and the walk restarts.
         """
         load = self._load
         low = cost(0, unit, 0, 0)
-        cand_best = min(exact.values(), default=_INF)
+        groups = load.groups
         while True:
             best: float = cand_best
-            tied: list[tuple[tuple[Any, ...], Group]] = []
-            order, restart = load.order, False
-            for j in range(len(order)):
-                s = order[j]
+            tied: list[Group] = []
+            minus: list[int] = []
+            restart = False
+            for s in load.order:  # left at once if a sync changes it
                 if (low + s[0]) * (1 - _REL) - _REL > best:
                     break
-                g = load.groups[s]
-                if cands and len(self._among(cands, s, g)) == len(g.members):
+                g = groups[s]
+                among = self._among(cands, s, g) if cands else []
+                if len(among) == len(g.members):
                     continue  # candidates only: costed above
                 lag = [w for w in load.lagging(g, now_us) if w.index not in cands]
                 if lag:
@@ -337,8 +351,10 @@ class KvAware(_Indexed):
                     break
                 c = cost(0, unit, s[1], s[2])
                 if c < best:
-                    best, tied = c, [(s, g)]
+                    best, tied, minus = c, [g], among
                 elif c == best:
-                    tied.append((s, g))
+                    tied.append(g)
+                    minus = minus + among
             if not restart:
-                return best, tied
+                minus.sort()
+                return best, tied, minus
