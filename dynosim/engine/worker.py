@@ -396,9 +396,10 @@ class EngineWorker(Batch):
     def _apply_allocations(self, started: int) -> None:
         """Allocate the new blocks of segment steps up to ``started`` (step 0 already is)."""
         if started > self._seg_applied:
-            self.touch()
             demand = self._demand(started - 1)
-            self.kv.allocate(demand - self._seg_demand)
-            self._seg_demand = demand
+            if demand > self._seg_demand:  # else nothing the router reads changes
+                self.touch()
+                self.kv.allocate(demand - self._seg_demand)
+                self._seg_demand = demand
             self._seg_applied = started
             self._sync_at = _NEVER if started >= self._seg_steps else self._end(started)
