@@ -118,10 +118,9 @@ class LoadIndex:
         self.workers: dict[int, EngineWorker] = {}
         self.order: list[tuple[Any, ...]] = []  # the states with members, ascending
         self.groups: dict[tuple[Any, ...], Group] = {}
-        # Each worker's state: its group's ``state`` object itself, so that ``state_of[i] is s``
-        # tells membership of the group of ``s`` (an element of ``order``) without comparing.
-        self.state_of: dict[int, tuple[Any, ...]] = {}
-        self.group_of: dict[int, Group] = {}  # each worker's group (no state to hash)
+        # Each worker's group (its state is the group's ``state``; membership is an identity
+        # test, with no state to hash or compare).
+        self.group_of: dict[int, Group] = {}
         self.first: dict[int, Any] = {}  # each worker's first term (a key that sorts fast)
         self.changed: list[EngineWorker] = []  # what the workers append to (``watch``)
 
@@ -133,7 +132,7 @@ class LoadIndex:
         new = {w.index: w for w in workers}
         for i in [i for i in self.workers if i not in new]:
             self._leave(i, self.group_of.pop(i))
-            del self.state_of[i], self.first[i]
+            del self.first[i]
             w = self.workers.pop(i)
             if w.watch is self.changed:
                 w.watch = None
@@ -173,7 +172,6 @@ class LoadIndex:
                 g.state = s
                 groups[s] = g
                 insort(order, s)
-                self.state_of[i] = s
                 self.first[i] = s[0]
             else:
                 if g is not None:
@@ -183,7 +181,6 @@ class LoadIndex:
                     insort(order, s)
                 g = new
                 self.group_of[i] = g
-                self.state_of[i] = g.state
                 self.first[i] = s[0]
                 insort(g.members, i)
         if w.in_segment:

@@ -270,11 +270,11 @@ class KvAware(_Indexed):
         if level:
             levels.append((d, level))
         best, exact = _INF, {}
-        state_of = load.state_of
+        group_of = load.group_of
         for d, level in reversed(levels):  # deepest first: the cheapest prefill
             low = cost(d, unit, 0, 0)  # the cost's part that is not load
             for i in self._ascending(level):
-                s = state_of[i]
+                s = group_of[i].state
                 if (low + s[0]) * (1 - _REL) - _REL > best:
                     break
                 w = load.workers[i]
@@ -310,14 +310,11 @@ class KvAware(_Indexed):
                 if i in level:
                     yield i
 
-    def _among(self, cands: set[int], s: tuple[Any, ...], g: Group) -> list[int]:
-        """The candidates in group ``g``, from the smaller side.
-
-        ``s`` is the group's state as in the load index's order (``state_of[i] is s``).
-        """
+    def _among(self, cands: set[int], g: Group) -> list[int]:
+        """The candidates in group ``g``, from the smaller side."""
         if len(cands) <= len(g.members):
-            state_of = self._load.state_of
-            return [i for i in cands if state_of[i] is s]
+            group_of = self._load.group_of
+            return [i for i in cands if group_of[i] is g]
         return [i for i in g.members if i in cands]
 
     def _scan_groups(
@@ -341,7 +338,7 @@ class KvAware(_Indexed):
                 if (low + s[0]) * (1 - _REL) - _REL > best:
                     break
                 g = groups[s]
-                among = self._among(cands, s, g) if cands else []
+                among = self._among(cands, g) if cands else []
                 if len(among) == len(g.members):
                     continue  # candidates only: costed above
                 lag = [w for w in load.lagging(g, now_us) if w.index not in cands]
