@@ -33,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dynosim.errors import ConfigError
+from dynosim.perf.aic.fused_norms import with_fused_norms
 from dynosim.perf.aic.key import (
     MXFP4_MXFP8,
     QUANT_MODES,
@@ -252,6 +253,7 @@ def build_tables(key: AicKey, mode: str = "SILICON") -> tuple[dict[str, F64], st
     time times an empirical factor).
     """
     h, note = _compile(key, mode)
+    h = with_fused_norms(key, h)
     if mode == "HYBRID" and key.moe_tp > 1:
         h, proxy = _moe_as_expert_parallel(key, h)
         note = "; ".join(n for n in (note, proxy) if n)

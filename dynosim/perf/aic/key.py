@@ -25,9 +25,9 @@ from dynosim.config import AicDatabaseMode, DeploymentConfig
 from dynosim.errors import ConfigError
 from dynosim.perf.catalog import fp8_scales, gpu_spec, model_spec
 
-TABLE_FORMAT = 5  # 2: parallelism, quantisation, every attention op; 3: context cap;
+TABLE_FORMAT = 6  # 2: parallelism, quantisation, every attention op; 3: context cap;
 # 4: decode attention by context per request; 5: the lower monotone envelope, ops AIConfigurator
-# lacks (missing_ops)
+# lacks (missing_ops); 6: vLLM MLA modules without the old collector's eager norms (fused_norms)
 
 
 @functools.cache
