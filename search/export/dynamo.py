@@ -41,7 +41,7 @@ from dynosim.config import DeploymentConfig, PoolConfig
 from dynosim.perf.hardware import GPUS_PER_NODE
 from search.export.engines import devices, sglang_flags, trtllm_options, vllm_flags
 from search.export.parts import FRONTEND_PORT, Command, Part, num
-from search.export.quant import served_model
+from search.export.quant import engine_env, served_model
 
 _ROUTER_MODES = {
     "round_robin": "round-robin",
@@ -180,7 +180,7 @@ def pool_part(
     if cfg.gpus > GPUS_PER_NODE:
         nodes = ", ".join(f"#{i} node {f // GPUS_PER_NODE}" for i, f in enumerate(firsts))
         notes.append(f"{GPUS_PER_NODE} GPUs a node; run each worker on its node: {nodes}")
-    commands = tuple(Command(tuple(argv), _gpu_env(f, pool.tp)) for f in firsts)
+    commands = tuple(Command(tuple(argv), _gpu_env(f, pool.tp) + engine_env(cfg)) for f in firsts)
     title = f"{name}: {pool.workers} Dynamo {cfg.backend} worker(s) x TP {pool.tp}"
     return Part(title, commands, tuple(notes)), yaml_text
 

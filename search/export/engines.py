@@ -34,19 +34,23 @@ from typing import Any
 from dynosim.config import DeploymentConfig
 from dynosim.perf.hardware import GPUS_PER_NODE
 from search.export.parts import FRONTEND_PORT, Command, Part, num
-from search.export.quant import needs_checkpoint, served_model, weight_flags
+from search.export.quant import engine_env, needs_checkpoint, served_model, weight_flags
 
 VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 
 
 def devices(cfg: DeploymentConfig, replica: int) -> tuple[tuple[str, str], ...]:
-    """``CUDA_VISIBLE_DEVICES`` of worker replica ``replica`` (none when it spans nodes)."""
+    """The environment of worker replica ``replica``'s engine.
+
+    ``CUDA_VISIBLE_DEVICES`` (none when the replica spans nodes) and the engine's own
+    (:func:`~search.export.quant.engine_env`).
+    """
     gpus = cfg.tp * cfg.attention_dp  # a replica's GPUs
     first = replica * gpus
     if gpus > GPUS_PER_NODE:
-        return ()
+        return engine_env(cfg)
     ids = ",".join(str((first + i) % GPUS_PER_NODE) for i in range(gpus))
-    return (("CUDA_VISIBLE_DEVICES", ids),)
+    return (("CUDA_VISIBLE_DEVICES", ids), *engine_env(cfg))
 
 
 def _quant(cfg: DeploymentConfig, notes: list[str], kv_flag: tuple[str, str] | None) -> list[str]:

@@ -86,3 +86,60 @@ def test_bf16_has_no_checkpoint_step() -> None:
     assert ex.checkpoint is None
     assert engine_models(ex) == {MODEL}
     assert ex.to_dict()["checkpoint"] is None
+
+
+_8B_FP8 = "nvidia/Llama-3.1-8B-Instruct-FP8"  # a ModelOpt FP8 checkpoint: static scales
+
+
+def _engine_commands(ex: Export) -> list[Any]:
+    return [c for part in (ex.engine, *([ex.router] if ex.router else []), *ex.pools)
+            for c in part.commands if "dynamo.frontend" not in c.argv]  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", ["vllm", "sglang", "trtllm"])
+def test_a_released_fp8_checkpoint_is_served_as_named(backend: str) -> None:
+    """vLLM and SGLang read ``modelopt`` from the checkpoint and refuse ``--quantization fp8``;
+    TensorRT-LLM serves it as is (no ModelOpt run over already-quantised weights)."""
+    ex = run(backend=backend, dtype="fp8", model=_8B_FP8, tp=1, workers=2)
+    assert ex.checkpoint is None
+    assert engine_models(ex) == {_8B_FP8}
+    for c in _engine_commands(ex):
+        assert "--quantization" not in c.argv
+
+
+@pytest.mark.parametrize("backend", ["vllm", "sglang"])
+def test_static_scales_on_a_bf16_checkpoint_serve_modelopts_export(backend: str) -> None:
+    """Online ``--quantization fp8`` computes each activation's scale per step (dynamic): a
+    trial simulated with static scales must launch the ModelOpt export that ships them."""
+    ex = run(backend=backend, dtype="fp8", fp8_scales="static", workers=1)
+    assert ex.checkpoint is not None
+    ckpt = after(ex.checkpoint.commands[0].argv, "--export_path")
+    assert engine_models(ex) == {ckpt}
+    for c in _engine_commands(ex):
+        assert "--quantization" not in c.argv
+
+
+def test_trtllm_says_its_fp8_export_is_not_the_simulated_dynamic_scales() -> None:
+    dynamic = run(backend="trtllm", dtype="fp8", fp8_scales="dynamic", workers=1)
+    static = run(backend="trtllm", dtype="fp8", fp8_scales="static", workers=1)
+    assert any("fp8_scales dynamic" in n for n in dynamic.engine.notes)
+    assert not any("fp8_scales" in n for n in static.engine.notes)
+    assert dynamic.checkpoint is not None
+    assert static.checkpoint is not None
+
+
+@pytest.mark.parametrize("mode", ["agg", "disagg"])
+def test_vllm_mxfp8_experts_set_flashinfers_switch(mode: str) -> None:
+    layout: dict[str, Any] = {"workers": 2, "tp": 2}
+    if mode == "disagg":
+        layout = {"mode": "disagg", "prefill": {"tp": 2, "workers": 1},
+                  "decode": {"tp": 2, "workers": 1}}  # fmt: skip
+    base = {"backend": "vllm", "dtype": "mxfp4", "model": "openai/gpt-oss-120b",
+            "gpu": "b200_sxm", **layout}  # fmt: skip
+    switch = ("VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8", "1")
+    on = _engine_commands(run(**base, moe_activation="mxfp8"))
+    off = _engine_commands(run(**base, moe_activation="bf16"))
+    assert on
+    assert all(switch in c.env for c in on)
+    assert all(switch not in c.env for c in off)
+    assert all("CUDA_VISIBLE_DEVICES" in dict(c.env) for c in on)
