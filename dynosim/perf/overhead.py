@@ -179,11 +179,8 @@ class CalibratedStepTime:
         self, prefill: Sequence[tuple[int, int]], n_decode: int, decode_kv_tokens: int
     ) -> int:
         """Duration of one mixed step (see the protocol)."""
-        one = not n_decode and len(prefill) == 1  # a pure function of its chunk: memoised
-        if one:
-            known = self._chunk_us.get(prefill[0])
-            if known is not None:
-                return known
+        if not n_decode and prefill:
+            return self._prefill_us(prefill)
         parts = self._parts if prefill and n_decode > 0 else None
         if parts is not None:
             whole, alone_us, chunks_us = parts(prefill, n_decode, decode_kv_tokens)
@@ -217,7 +214,28 @@ class CalibratedStepTime:
         if floor is not None:
             priced = max(priced, float(floor.step_us(prefill, n_decode, decode_kv_tokens)))
         total = priced + self.overhead.us(n_requests, tokens)
-        us = max(1, math.floor(total + 0.5))
+        return max(1, math.floor(total + 0.5))
+
+    def _prefill_us(self, prefill: Sequence[tuple[int, int]]) -> int:
+        """:meth:`step_us` of a step with chunks only (no decodes: no decode share, ``K_d = 0``).
+
+        The same operations in the same order as the mixed path with ``decode = 0.0``; a
+        one-chunk step is a pure function of its chunk, memoised.
+        """
+        one = len(prefill) == 1
+        if one:
+            known = self._chunk_us.get(prefill[0])
+            if known is not None:
+                return known
+        m = len(prefill)
+        tokens = 0
+        for chunk, _ in prefill:  # a loop: no generator per step
+            tokens += chunk
+        kernel = float(self.inner.step_us(prefill, 0, 0)) - self.inner_overhead.us(m)
+        priced = self.cal.decode * 0.0 + self.cal.prefill * (kernel - 0.0)
+        if self.floor is not None:
+            priced = max(priced, float(self.floor.step_us(prefill, 0, 0)))
+        us = max(1, math.floor(priced + self.overhead.us(m, tokens) + 0.5))
         if one:
             if len(self._chunk_us) >= _MEMO_MAX:
                 self._chunk_us.clear()

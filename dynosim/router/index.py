@@ -168,10 +168,16 @@ class LoadIndex:
                 # cluster, where few workers share a state): the same group, re-keyed.
                 old = g.state
                 del groups[old]
-                del order[bisect_left(order, old)]
+                at = bisect_left(order, old)
+                # A small change of load often keeps the state between the same neighbours:
+                # then it takes the old one's slot (two comparisons, no memmove).
+                if (at == 0 or order[at - 1] < s) and (at + 1 == len(order) or s < order[at + 1]):
+                    order[at] = s
+                else:
+                    del order[at]
+                    insort(order, s)
                 g.state = s
                 groups[s] = g
-                insort(order, s)
                 self.first[i] = s[0]
             else:
                 if g is not None:

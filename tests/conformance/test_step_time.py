@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import warnings
+from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -348,3 +350,67 @@ def test_step_parts_are_the_three_prices(model: StepTimeModel) -> None:
             inner.step_us((), n, kv),
             inner.step_us(prefill, 0, 0),
         )
+
+
+def _lerp_ref(grid: list[float], vals: list[float], x: float) -> float:
+    """A lerp on ``grid`` as the step-time models spell it out (differences taken per call)."""
+    i = min(max(bisect_right(grid, x) - 1, 0), len(grid) - 2)
+    w = (x - grid[i]) / (grid[i + 1] - grid[i])
+    return vals[i] + w * (vals[i + 1] - vals[i])
+
+
+def test_inline_lerps_are_the_reference_lerps(model: StepTimeModel) -> None:
+    """AicStepTime's inline lerps (segment widths taken once) give the reference's bits.
+
+    A step's chunks (``_chunks_us``: tokens, ``F + sum(p - F)`` with ``p`` the bilinear lerp of
+    the prefill table) and its attention-free part (``_const_us``), to the last bit, on and off
+    the grids and beyond their ends.
+    """
+    inner = getattr(model, "inner", model)
+    if not hasattr(inner, "_chunks_us"):
+        pytest.skip("not the AIConfigurator model")
+    tok, nonattn, chunk_g, ctx_g, rows = (inner._tok, inner._nonattn, inner._chunk, inner._ctx,
+                                          inner._prefill)  # fmt: skip
+    floor = rows[0][0]
+    rng = np.random.default_rng(3)
+    values = [*LENGTHS, *chunk_g[:3], *ctx_g[:3], int(chunk_g[-1]) + 77, int(ctx_g[-1]) * 3]
+    for _ in range(400):
+        prefill = [(int(rng.choice(values)) if rng.random() < 0.5 else int(rng.integers(0, 9000)),
+                    int(rng.choice(values)) if rng.random() < 0.5 else int(rng.integers(0, 10**6)))
+                   for _ in range(int(rng.integers(1, 5)))]  # fmt: skip
+        tokens, attn = 0, floor
+        for c, x in prefill:
+            tokens += c
+            cx = float(max(c, 1))
+            i = min(max(bisect_right(chunk_g, cx) - 1, 0), len(chunk_g) - 2)
+            wc = (cx - chunk_g[i]) / (chunk_g[i + 1] - chunk_g[i])
+            a = _lerp_ref(ctx_g, rows[i], float(max(x, 0)))
+            b = _lerp_ref(ctx_g, rows[i + 1], float(max(x, 0)))
+            attn += (a + wc * (b - a)) - floor
+        assert inner._chunks_us(prefill) == (tokens, attn)
+        m = len(prefill)
+        inner._const_us(1, m)  # fills the per-request cache
+        logits, overhead = inner._per_r[m]
+        const = _lerp_ref(tok, nonattn, float(max(tokens, 1))) + logits + overhead
+        assert inner._const_us(max(tokens, 1), m) == const
+
+
+def test_prefill_only_calibrated_price_is_the_mixed_formula(model: StepTimeModel) -> None:
+    """CalibratedStepTime prices a step of chunks only as its mixed-step formula with no decode
+    share (``decode = 0``), memo emptied before each call."""
+    if not isinstance(model, CalibratedStepTime):
+        pytest.skip("no calibration")
+    rng = np.random.default_rng(4)
+    cal, own, add, floor = model.cal, model.inner_overhead, model.overhead, model.floor
+    for _ in range(300):
+        prefill = [(int(rng.choice([1, 7, 512, 3000, 8192])), int(rng.integers(0, 100_000)))
+                   for _ in range(int(rng.integers(1, 4)))]  # fmt: skip
+        tokens = sum(c for c, _ in prefill)
+        kernel = float(model.inner.step_us(prefill, 0, 0)) - own.us(len(prefill))
+        decode = 0.0
+        priced = cal.decode * decode + cal.prefill * (kernel - decode)
+        if floor is not None:
+            priced = max(priced, float(floor.step_us(prefill, 0, 0)))
+        want = max(1, math.floor(priced + add.us(len(prefill), tokens) + 0.5))
+        model._chunk_us.clear()
+        assert model.step_us(prefill, 0, 0) == want

@@ -57,6 +57,13 @@ class AicStepTime:
         self._ctx: list[float] = t["ctx_grid"].tolist()
         self._prefill: list[list[float]] = t["prefill_us"].tolist()
         self._floor: float = self._prefill[0][0]
+        # Widths of the grids' segments and the prefill rows' steps along the context, as the
+        # lerps subtract them (the same differences, taken once: the same bits).
+        self._tok_w: list[float] = np.diff(t["tok_grid"]).tolist()
+        self._nonattn_d: list[float] = np.diff(t["nonattn_us"]).tolist()
+        self._chunk_w: list[float] = np.diff(t["chunk_grid"]).tolist()
+        self._ctx_w: list[float] = np.diff(t["ctx_grid"]).tolist()
+        self._prefill_d: list[list[float]] = np.diff(t["prefill_us"], axis=1).tolist()
         self._dn: list[float] = t["dec_n_grid"].tolist()
         # Python floats: the scalar and the vectorised decode paths apply the same IEEE-754
         # operations in the same order, hence give the same bits (no transcendentals, no FMA).
@@ -94,19 +101,40 @@ class AicStepTime:
             logits = _lerp(self._req, self._logits, float(n_requests))
             per_request = (logits, self.overhead.us(n_requests))
             self._per_r[n_requests] = per_request
-        return _lerp(self._tok, self._nonattn, float(n_tokens)) + per_request[0] + per_request[1]
+        # _lerp(self._tok, self._nonattn, x) inline, with the segment widths taken once
+        grid, x = self._tok, float(n_tokens)
+        i = bisect_right(grid, x) - 1
+        top = len(grid) - 2
+        i = (i if i < top else top) if i > 0 else 0
+        other = self._nonattn[i] + (x - grid[i]) / self._tok_w[i] * self._nonattn_d[i]
+        return other + per_request[0] + per_request[1]
 
-    def _prefill_attn_us(self, chunk: int, context: int) -> float:
-        grid, x = self._chunk, float(max(chunk, 1))
-        i = min(max(bisect_right(grid, x) - 1, 0), len(grid) - 2)
-        wc = (x - grid[i]) / (grid[i + 1] - grid[i])
-        grid, x = self._ctx, float(max(context, 0))
-        j = min(max(bisect_right(grid, x) - 1, 0), len(grid) - 2)
-        wp = (x - grid[j]) / (grid[j + 1] - grid[j])
-        r0, r1 = self._prefill[i], self._prefill[i + 1]
-        a = r0[j] + wp * (r0[j + 1] - r0[j])
-        b = r1[j] + wp * (r1[j + 1] - r1[j])
-        return a + wc * (b - a)
+    def _chunks_us(self, prefill: Sequence[tuple[int, int]]) -> tuple[int, float]:
+        """Tokens of the chunks ``(chunk, context)`` and their attention, ``F + sum(p - F)``.
+
+        Each chunk's ``p`` is a bilinear lerp of the prefill table (chunk, then context),
+        inline: a step prices its chunks in one call.
+        """
+        fl = self._floor
+        cg, cw, xg, xw = self._chunk, self._chunk_w, self._ctx, self._ctx_w
+        ctop, xtop = len(cg) - 2, len(xg) - 2
+        rows, steps = self._prefill, self._prefill_d
+        tokens = 0
+        attn = fl
+        for chunk, context in prefill:
+            tokens += chunk
+            x = float(chunk if chunk > 1 else 1)
+            i = bisect_right(cg, x) - 1
+            i = (i if i < ctop else ctop) if i > 0 else 0
+            wc = (x - cg[i]) / cw[i]
+            x = float(context if context > 0 else 0)
+            j = bisect_right(xg, x) - 1
+            j = (j if j < xtop else xtop) if j > 0 else 0
+            wp = (x - xg[j]) / xw[j]
+            a = rows[i][j] + wp * steps[i][j]
+            b = rows[i + 1][j] + wp * steps[i + 1][j]
+            attn += a + wc * (b - a) - fl
+        return tokens, attn
 
     def decode_monotone(self, n: int) -> bool:
         """Whether a decode step of ``n`` requests never gets shorter as the KV grows.
@@ -213,14 +241,11 @@ class AicStepTime:
             const = self._decode_row(n_decode)[2]
             total = self._decode_attn_scalar_us(n_decode, float(decode_kv_tokens)) + const
             return max(1, math.floor(total + 0.5))
-        tokens = n_decode
-        attn = self._floor
-        for chunk, context in prefill:
-            tokens += chunk
-            attn += self._prefill_attn_us(chunk, context) - self._floor
+        tokens, attn = self._chunks_us(prefill)
+        tokens += n_decode
         if n_decode > 0:
             attn += self._decode_attn_scalar_us(n_decode, float(decode_kv_tokens))
-        total = self._const_us(max(tokens, 1), len(prefill) + n_decode) + attn
+        total = self._const_us(tokens if tokens > 1 else 1, len(prefill) + n_decode) + attn
         return max(1, math.floor(total + 0.5))
 
     def step_parts(
@@ -232,11 +257,7 @@ class AicStepTime:
         of the three calls, in their order: the same integers (``prefill`` non-empty,
         ``n_decode > 0``; for :class:`~dynosim.perf.overhead.CalibratedStepTime`).
         """
-        tokens = 0
-        attn = self._floor
-        for chunk, context in prefill:
-            tokens += chunk
-            attn += self._prefill_attn_us(chunk, context) - self._floor
+        tokens, attn = self._chunks_us(prefill)
         const = self._decode_row(n_decode)[2]
         d = self._decode_attn_scalar_us(n_decode, float(decode_kv_tokens))
         m = len(prefill)
