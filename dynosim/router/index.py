@@ -62,14 +62,15 @@ class BlockIndex:
                 else:
                     s.add(i)
 
-        def evicted(h: int) -> None:
-            s = holders[h]
-            if isinstance(s, int):
-                del holders[h]
-            else:
-                s.discard(i)
-                if not s:
+        def evicted(hashes: Iterable[int]) -> None:
+            for h in hashes:
+                s = holders[h]
+                if isinstance(s, int):
                     del holders[h]
+                else:
+                    s.discard(i)
+                    if not s:
+                        del holders[h]
 
         stored(w.kv.cached())
         w.kv.on_store = stored
