@@ -13,7 +13,6 @@ order, then in the order they were made.
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable
 from heapq import heappop, heappush
 from typing import Any
@@ -21,6 +20,8 @@ from typing import Any
 import simpy
 from simpy.core import StopSimulation
 from simpy.events import EventPriority
+
+from dynosim.workload.columns import gc_paused
 
 
 def at(
@@ -37,21 +38,17 @@ def run(env: simpy.Environment) -> None:
     Pops the next entry and calls its callback until none is left or a callback raises
     ``StopSimulation`` (a timer never fails, so simpy's check for an undefused failure is moot).
 
-    The cyclic collector is off meanwhile (and back as it was after): the events make no
-    reference cycles (the run's garbage is freed by reference counting: a collection right
-    after a run finds nothing), so the collections the run's allocations would trigger only
-    walk the simulation's live objects. On 512 workers those walks were a fifth of the run's
-    last-level cache misses (about 110 a request, under cachegrind with a 1 MiB cache).
+    The cyclic collector is off meanwhile (:func:`~dynosim.workload.columns.gc_paused`): the
+    events make no reference cycles (the run's garbage is freed by reference counting: a
+    collection right after a run finds nothing), so the collections the run's allocations would
+    trigger only walk the simulation's live objects. On 512 workers those walks were a fifth of
+    the run's last-level cache misses (about 110 a request, under cachegrind with a 1 MiB cache).
     """
     queue: list[Any] = env._queue  # 5-tuples, not simpy's 4
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        while queue:
-            env._now, _, _, callback, arg = heappop(queue)
-            callback(arg)
-    except StopSimulation:
-        pass
-    finally:
-        if collecting:
-            gc.enable()
+    with gc_paused():
+        try:
+            while queue:
+                env._now, _, _, callback, arg = heappop(queue)
+                callback(arg)
+        except StopSimulation:
+            pass
