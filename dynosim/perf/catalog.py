@@ -86,9 +86,13 @@ per-tensor FP8 is static unless the checkpoint marks its activations dynamic); a
 of any other model (``--quantization fp8`` of a BF16 checkpoint) scales dynamically."""
 
 
-def fp8_scales(model: str) -> str:
-    """``static`` when ``model``'s checkpoint ships FP8 activation scales, else ``dynamic``."""
-    return "static" if model in STATIC_FP8_CHECKPOINTS else "dynamic"
+def fp8_scales(model: str, chosen: str | None = None) -> str:
+    """A deployment's FP8 activation scales.
+
+    ``chosen`` (its ``fp8_scales``) if set, else ``static`` when ``model``'s checkpoint ships
+    them and ``dynamic`` otherwise.
+    """
+    return chosen or ("static" if model in STATIC_FP8_CHECKPOINTS else "dynamic")
 
 
 _EXAMPLE_MODELS = ("Qwen/Qwen3-32B", "meta-llama/Meta-Llama-3.1-8B")

@@ -59,7 +59,7 @@ def _released_fp8(cfg: DeploymentConfig) -> bool:
 
 
 def _static_scales(cfg: DeploymentConfig) -> bool:
-    return (cfg.fp8_scales or fp8_scales(cfg.model)) == "static"
+    return fp8_scales(cfg.model, cfg.fp8_scales) == "static"
 
 
 def needs_checkpoint(cfg: DeploymentConfig) -> bool:

@@ -141,7 +141,7 @@ def resolve_key(config: DeploymentConfig) -> AicKey:
         moe_activation=config.moe_activation,
         allreduce_fusion=bool(config.engine.allreduce_fusion),
         fp8_static=config.dtype == "fp8"
-        and (config.fp8_scales or fp8_scales(config.model)) == "static",
+        and fp8_scales(config.model, config.fp8_scales) == "static",
         fp8_block=config.dtype == "fp8" and config.backend == "trtllm" and model.fp8_block_weights,
     )
 
