@@ -12,9 +12,9 @@ B200 tables only; the other GPUs' vLLM 0.24.0 tables are still the old collector
 This script takes the B200 tables before (c56db49fe^) and after (c56db49fe) the fix from a
 clone of AIConfigurator and writes, per phase, heads per rank, batch and sequence length, the
 median over GEMM and KV-cache dtypes of new / old (the dtypes differ by at most ~0.05). It needs
-``git`` and a clone (``--repo``, default the ``fetch`` mirror). Usage::
+``git`` and a clone of AIConfigurator with its history (``--repo``). Usage::
 
-    python benchmarks/aic_fused_norms.py [--repo PATH] [--check]
+    python benchmarks/aic_fused_norms.py --repo PATH [--check]
 
 ``--check`` compares the shipped CSV with a fresh derivation instead of writing it.
 """
@@ -62,8 +62,8 @@ def derive(repo: Path) -> pd.DataFrame:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repo", type=Path,
-                        default=Path("/work/.mirror/ai-dynamo+aiconfigurator/repo"))  # fmt: skip
+    parser.add_argument("--repo", type=Path, required=True,
+                        help="a git clone of ai-dynamo/aiconfigurator with history")  # fmt: skip
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
     table = derive(args.repo)
