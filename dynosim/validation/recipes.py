@@ -9,7 +9,7 @@ over the months the rows were measured: MiniMax-M2.5 on B200 ran vLLM with
 recipes (removed 2025-10-29) passed ``max-num-batched-tokens: 8192`` and an fp8 KV cache; the
 DeepSeek-R1 SGLang recipes an ``fp8_e4m3`` KV cache and ``--mem-fraction-static 0.82``.
 
-``data/inferencex_recipes.csv`` holds, for 2,118 aggregated single-node InferenceX rows (by
+``data/inferencex_recipes.csv`` holds, for 2,219 aggregated single-node InferenceX rows (by
 their ``id``, of the 2,701 that record a ``measured`` date), the flags of the recipe in effect
 on that date, resolved for the row's ISL, OSL, concurrency, TP, EP and DP attention (the recipes
 branch on them), the recipe's ``path@commit`` in InferenceX's history and the benchmark's
@@ -27,6 +27,18 @@ record it. Not in it: rows whose point lies outside that day's sweep or that ran
 pull-request branch, rows that both a plain and a speculative recipe explain (their recipe is
 not known), GB200 rows of the multi-node pipeline, disaggregated rows, and rows of NVIDIA's own
 campaigns (their ``measured`` date notwithstanding).
+
+The last 101 entries (session 20) are MiniMax-M2.5 B200 vLLM rows the day's sweep did not
+explain but whose own record names their recipe: the 53 NVFP4 rows of 2026-04-03 record the
+image ``vllm/vllm-openai:nightly-5b8c30d6...``, which only the branch commit 08bcde8f1 ("Use
+vLLM nightly image ... for MiniMax-M2.5 NVFP4 B200") ran for that sweep, with
+``minimaxm2.5_fp4_b200.sh`` at that commit (``--gpu-memory-utilization 0.95 --block-size=32
+--kv-cache-dtype fp8``, no ``--max-num-batched-tokens``); the 44 FP8 rows of 2026-04-03
+record ``v0.19.0-cu130``, and every commit naming that image for ``minimaxm2.5-fp8-b200-vllm``
+(bddbf4031 and the branch commits of that day) passes bddbf4031's flags; the 4 NVFP4 TP 1
+8k/1k rows of workflow run 802 share ``config_id`` 701 with that run's 1k/1k TP 1 rows, whose
+recipe is ``minimaxm2.5_fp4_b200.sh@13962fcfa`` (resolved here for 8k/1k). Two rows of run
+802 whose DP-attention branch the record does not decide stay without.
 
 :func:`recipe_flags` gives a row's flags as :class:`~dynosim.config.EngineConfig` fields, its
 KV-cache dtype and, for vLLM, the parallelism the command line asked for;

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import csv
 import functools
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from dynosim.perf.memory import kv_pool
 from dynosim.validation.measurement import Measurement
 from dynosim.validation.measurements import read_measurements
 from dynosim.validation.recipes import RECIPES_CSV, recipe_flags
@@ -121,6 +123,35 @@ def test_gpt_oss_b200_vllm_recipe_runs_mxfp8_activations() -> None:
     hopper = [m for m in rows.values() if m.recipe and "gpt-oss" in m.model and "h200" in m.gpu]
     assert hopper
     assert all(m.moe_activation is None for m in hopper)
+
+
+def test_minimax_branch_rows_run_the_recipe_their_image_names() -> None:
+    """The 2026-04-03 NVFP4 rows record ``vllm/vllm-openai:nightly-5b8c30d6...``, the image only
+    commit 08bcde8f1 ran for ``minimaxm2.5-fp4-b200-vllm``; its ``minimaxm2.5_fp4_b200.sh``
+    passes ``--gpu-memory-utilization 0.95 --block-size=32 --kv-cache-dtype fp8`` and no
+    ``--max-num-batched-tokens`` (vLLM's 8192)."""
+    m = _rows()["2026_03_25_minimax_m2_5_b200_sxm_vllm_fp4_agg_8192x1024_c8_tp4_0_ep1_0_99"]
+    assert m.recipe == "benchmarks/single_node/minimaxm2.5_fp4_b200.sh@08bcde8f1"
+    c = row_config(m)
+    assert (c.engine.gpu_memory_utilization, c.engine.block_size) == (0.95, 32)
+    assert (c.engine.max_num_batched_tokens, c.kv_dtype) == (8192, "fp8")
+
+
+def test_minimax_tp1_rows_hold_every_client_in_an_fp8_kv_cache() -> None:
+    """Workflow run 802's TP 1 8k/1k rows (``config_id`` 701, as its 1k/1k TP 1 rows, recipe
+    ``minimaxm2.5_fp4_b200.sh@13962fcfa``: ``--kv-cache-dtype fp8``). At concurrency 32 the 32
+    requests of 9,216 tokens fit the FP8 pool (measured TTFT 0.5 s: nobody queues) and would not
+    fit a bf16 one, which halves it."""
+    m = _rows()["minimaxm2_5_b200_vllm_fp4_agg_8192x1024_c32_cfg701"]
+    assert m.recipe == "benchmarks/single_node/minimaxm2.5_fp4_b200.sh@13962fcfa"
+    c = row_config(m)
+    assert (c.kv_dtype, c.engine.max_num_batched_tokens) == ("fp8", 16384)
+    need = 32 * (8192 + 1024)
+    pool = kv_pool(c)
+    assert pool.kv_tokens >= need
+    bf16 = kv_pool(replace(c, kv_cache_dtype="bf16"))
+    assert bf16.kv_bytes_per_token == 2 * pool.kv_bytes_per_token
+    assert bf16.kv_tokens < need
 
 
 def test_rows_without_a_known_recipe_keep_the_generic_one(tmp_path: Path) -> None:
