@@ -43,7 +43,12 @@ from typing import Any, TextIO
 from dynosim.checks import integer, is_number
 from dynosim.errors import ConfigError, WorkloadError
 from dynosim.validation.measurement import Measurement
-from dynosim.validation.recipes import RowRecipe, recipe_flags, served_fp8_scales
+from dynosim.validation.recipes import (
+    RowRecipe,
+    family_kv_cache_dtype,
+    recipe_flags,
+    served_fp8_scales,
+)
 from dynosim.validation.silicon import parse_disagg_pools, parse_row, row_kv_dtype
 from dynosim.validation.tool_exports import is_aiperf_csv, parse_aiperf_csv, parse_json
 from dynosim.validation.twins import adopt_twins
@@ -242,6 +247,7 @@ def _silicon(path: Path, line: int, r: dict[str, str]) -> Measurement:
     if base.backend == "vllm" and client is None and _before(r.get("backend_version"), (0, 14)):
         base = replace(base, engine={"async_scheduling": False})
     recipe = recipe_flags(r) if client == "inferencex" else None
+    family = family_kv_cache_dtype(r) if client == "inferencex" and recipe is None else None
     if recipe is not None:
         base = replace(base, engine={**base.engine, **recipe.engine}, recipe=recipe.source)
     if base.mode == "disagg":
@@ -271,7 +277,8 @@ def _silicon(path: Path, line: int, r: dict[str, str]) -> Measurement:
         ep=row.ep,
         moe_tp=row.moe_tp,
         attention_dp=row.attention_dp,
-        kv_cache_dtype=_kv_dtype(recipe, row.backend, row.dtype),
+        # no recipe known: the KV dtype all of the row's family's recipes pass, if any
+        kv_cache_dtype=family or _kv_dtype(recipe, row.backend, row.dtype),
         fp8_scales=served_fp8_scales(base.model, row.dtype) if client == "inferencex" else None,
     )
     return m if recipe is None else _as_recipe_ran(m, recipe)

@@ -40,6 +40,10 @@ record ``v0.19.0-cu130``, and every commit naming that image for ``minimaxm2.5-f
 recipe is ``minimaxm2.5_fp4_b200.sh@13962fcfa`` (resolved here for 8k/1k). Two rows of run
 802 whose DP-attention branch the record does not decide stay without.
 
+A row whose own recipe is not known replays :func:`dynosim.validation.validate.recipe_engine`'s
+typical flags and the KV-cache dtype every recipe of its family passes, where they all pass the
+same (:func:`family_kv_cache_dtype`).
+
 :func:`recipe_flags` gives a row's flags as :class:`~dynosim.config.EngineConfig` fields, its
 KV-cache dtype and, for vLLM, the parallelism the command line asked for;
 :func:`dynosim.validation.measurements.read_measurements` puts them on the row (they replace the
@@ -56,7 +60,14 @@ from typing import Any
 
 from dynosim.perf.catalog import fp8_scales
 
-__all__ = ["RECIPES_CSV", "SERVED_CHECKPOINTS", "RowRecipe", "recipe_flags", "served_fp8_scales"]
+__all__ = [
+    "RECIPES_CSV",
+    "SERVED_CHECKPOINTS",
+    "RowRecipe",
+    "family_kv_cache_dtype",
+    "recipe_flags",
+    "served_fp8_scales",
+]
 
 RECIPES_CSV = Path(__file__).with_name("data") / "inferencex_recipes.csv"
 
@@ -149,6 +160,35 @@ def recipe_flags(r: dict[str, str]) -> RowRecipe | None:
     """
     recipe = _table().get(r.get("id") or "")
     return recipe if recipe is not None and recipe.fits(r) else None
+
+
+def family_kv_cache_dtype(r: dict[str, str]) -> str | None:
+    """The KV-cache dtype of an InferenceX row whose own recipe is not known (None: the default).
+
+    The row ran one of its family's recipes (same ``model_path``, ``system``, ``backend``,
+    ``precision``): where every recipe of that family in the table passes the same
+    ``--kv-cache-dtype`` (``kv_cache_config.dtype``), the row's did too. Every DeepSeek-R1
+    SGLang recipe on B200, for one, passes ``--kv-cache-dtype fp8_e4m3``, at every commit the
+    table holds (``dsr1_fp4_b200_docker.sh`` of 2025-11 to ``dsr1_fp8_b200.sh`` of 2026-03).
+    None where the family's recipes differ, leave it at the default, or are not known.
+    """
+    return _family_kv().get(tuple((r.get(k) or "").strip() for k in _FAMILY_FIELDS))
+
+
+_FAMILY_FIELDS = _ROW_FIELDS[:4]
+"""``model_path``, ``system``, ``backend``, ``precision``: the recipe family of a row."""
+
+
+@functools.lru_cache(maxsize=1)
+def _family_kv() -> dict[tuple[str, ...], str]:
+    seen: dict[tuple[str, ...], set[str | None]] = {}
+    for recipe in _table().values():
+        seen.setdefault(recipe.row[:4], set()).add(recipe.kv_cache_dtype)
+    return {
+        family: dtype
+        for family, dtypes in seen.items()
+        if len(dtypes) == 1 and (dtype := next(iter(dtypes))) is not None
+    }
 
 
 @functools.lru_cache(maxsize=1)

@@ -154,6 +154,23 @@ def test_minimax_tp1_rows_hold_every_client_in_an_fp8_kv_cache() -> None:
     assert bf16.kv_tokens < need
 
 
+def test_a_row_of_unknown_recipe_keeps_its_familys_kv_cache_dtype() -> None:
+    """Every DeepSeek-R1 B200 SGLang recipe the table holds passes ``--kv-cache-dtype
+    fp8_e4m3``: a row of that family whose own recipe is not known (2025-11-10, outside any
+    sweep of the day) stored its KV cache in FP8 too. Kimi-K2.5 B200 vLLM's recipes differ
+    (some pass ``fp8``, some nothing): its recipe-less rows keep vLLM's default (bf16), as
+    rows that are not InferenceX's keep theirs."""
+    rows = _rows()
+    m = rows["2026_04_06_deepseek_r1_b200_sxm_sglang_fp4_agg_8192x1024_c8_tp8_ep1_6"]
+    assert (m.client, m.recipe, m.kv_cache_dtype) == ("inferencex", "", "fp8")
+    assert row_config(m).kv_dtype == "fp8"
+    kimi = rows["2026_04_06_kimi_k2_5_b200_sxm_vllm_fp4_agg_8192x1024_c64_tp4_ep4_1290"]
+    assert (kimi.recipe, kimi.kv_cache_dtype) == ("", "bf16")
+    own = [m for m in rows.values() if m.client is None and m.backend != "trtllm"]
+    assert own
+    assert all(m.kv_cache_dtype in ("bf16", None) for m in own)
+
+
 def test_rows_without_a_known_recipe_keep_the_generic_one(tmp_path: Path) -> None:
     """Not InferenceX's, or not resolved to a recipe: no table entry; a file that reuses a
     table row's id for another point keeps the generic recipe."""
