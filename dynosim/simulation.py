@@ -38,6 +38,7 @@ import numpy as np
 import simpy
 from simpy.events import NORMAL
 
+from dynosim.cluster.handover import Handover
 from dynosim.cluster.planner import Observer, Planner
 from dynosim.cluster.pool import WorkerPool, pool_perfs
 from dynosim.cluster.transfer import KVLinks
@@ -107,6 +108,9 @@ class Simulation:
         self.host = self._build_host()
         self._streams = self.host is not None and self.host.streams
         self.rec = Recorder(requests, self.pools, self.host)
+        self.handover = None if self.links is None else Handover(
+            self.env, self.decode, self.links, legs=self.rec.state, worker=self.rec.worker,
+            transfer_us=self.rec.transfer_us)  # fmt: skip
         self._heap, self._followers = arrival_heap(requests, self.speedup)
         self._warmup_left = 0  # completions until the warm-up phase has drained (run())
         self._dispatch_at = _NEVER
@@ -266,7 +270,8 @@ class Simulation:
                 return
             # Remote: the decode worker stays the one chosen now (Dynamo's conditional
             # disaggregation: the decode worker that received the request waits for its KV).
-            self._commit(rid, w)
+            assert self.handover is not None
+            self.handover.commit(rid, w, r.input_tokens)
         pr = RunningRequest(r, prefix_caching=self.entry.engine.enable_prefix_caching, max_tokens=1)
         self.rec.prefill_state[rid] = pr
         pw = self.entry.route(pr, now)
@@ -324,53 +329,14 @@ class Simulation:
 
     # -------------------------------------------------------------- disaggregation
     def _on_prefilled(self, pr: RunningRequest, now: int) -> None:
-        """A prefill leg is done: hand it over at the end of this instant (:meth:`_on_handover`).
-
-        The prefill worker's step boundary calls this, and the decode workers' boundaries of
-        the same instant may not have run yet (boundaries run in the order they were
-        scheduled). Routing here would let a fast-forwarded decode worker, brought up to
-        ``now`` by a sync, show the router a step that a stepped one had not started yet; after
-        every boundary of the instant both show the same state.
-        """
+        """A prefill leg is done: its decode leg is handed over (:class:`Handover`)."""
         rid = pr.req.id
         if self.entry.draining:
             self.entry.check_drained(self.entry.workers[self.rec.prefill_worker[rid]], now)
         rr = self._leg(rid, remote=pr.req.input_tokens - 1)
         rr.cached_tokens = pr.cached_tokens
-        self.rec.state[rid] = rr
-        at(self.env, now, NORMAL, self._on_handover, rid)
-
-    def _on_handover(self, rid: int) -> None:
-        """Pick the prefilled request's decode worker and send the KV cache to it."""
-        now = int(self.env._now)
-        rr = self.rec.state[rid]
-        assert rr is not None
-        assert self.links is not None
-        remote = rr.remote
-        if self.rec.worker[rid] >= 0:
-            w = self.decode.workers[self.rec.worker[rid]]
-        else:
-            w = self.decode.route(rr, now)
-            self._commit(rid, w)
-        arrive = self.links.reserve(w.index, now, remote)
-        self.rec.transfer_us[rid] = arrive - now
-        at(self.env, arrive, NORMAL, self._on_transferred, rid)
-
-    def _commit(self, rid: int, w: EngineWorker) -> None:
-        """Assign decode worker ``w`` to remote request ``rid``; it counts there from now."""
-        self.rec.worker[rid] = w.index
-        w.incoming += 1
-        w.incoming_blocks += -(-self.requests[rid].input_tokens // w.block_size)
-
-    def _on_transferred(self, rid: int) -> None:
-        rr = self.rec.state[rid]
-        assert rr is not None
-        assert self.links is not None
-        w = self.decode.workers[self.rec.worker[rid]]
-        w.incoming -= 1
-        w.incoming_blocks -= -(-rr.req.input_tokens // w.block_size)
-        self.rec.kv_bytes_received += rr.remote * self.links.bytes_per_token
-        w.enqueue(rr, int(self.env._now))
+        assert self.handover is not None
+        self.handover.send(rr, now)
 
     # ----------------------------------------------------------------- completion
     def _on_finish(self, rr: RunningRequest, now: int) -> None:
@@ -436,6 +402,8 @@ class Simulation:
         run(self.env)
         wall = time.perf_counter() - start
         early = self._monitor.reason if self._monitor is not None else None
+        if self.handover is not None:
+            self.rec.kv_bytes_received = self.handover.bytes_received
         return self.rec.result(
             self.config,
             warmup_requests,
