@@ -171,6 +171,11 @@ class CalibratedStepTime:
         # priced the chunk and decode attention twice each).
         self._parts = getattr(inner, "step_parts", None)
         self.overhead = FrameworkOverhead(cal.base_us, cal.per_request_us, cal.per_token_us)
+        # The terms of both overheads, for FrameworkOverhead.us written inline on the step paths
+        # (the same expression: a call each was a tenth of a step's price).
+        o = inner_overhead
+        self._inner_terms = (o.base_us, o.per_request_us, o.per_token_us)
+        self._terms = (cal.base_us, cal.per_request_us, cal.per_token_us)
         # Prefill-only steps of one request, by (chunk, context): a disaggregated prefill
         # worker's steps, whose first chunks (full budget, context a hit) often repeat.
         self._chunk_us: dict[tuple[int, int], int] = {}
@@ -194,27 +199,32 @@ class CalibratedStepTime:
                 kernel = max(kernel, float(floor.step_us((), n_decode, decode_kv_tokens)))
             total = kernel + self.overhead.us(n_decode, n_decode)
             return max(1, math.floor(total + 0.5))
-        n_requests = len(prefill) + n_decode
+        m = len(prefill)
+        n_requests = m + n_decode
         tokens = n_decode
         for chunk, _ in prefill:  # a loop: no generator per step
             tokens += chunk
-        kernel = inner - self.inner_overhead.us(n_requests)
+        ib, ir, it = self._inner_terms  # self.inner_overhead.us(x) is ib + ir * x + it * 0
+        kernel = inner - (ib + ir * n_requests + it * 0)
         decode = 0.0
+        cal = self.cal
         if n_decode > 0:
             if parts is None:
                 alone_us = self.inner.step_us((), n_decode, decode_kv_tokens)
-            decode = min(kernel, float(alone_us) - self.inner_overhead.us(n_decode))
-            if self.cal.prefill >= self.cal.decode:
+            decode = min(kernel, float(alone_us) - (ib + ir * n_decode + it * 0))
+            if cal.prefill >= cal.decode:
                 if parts is None:
                     chunks_us = self.inner.step_us(prefill, 0, 0)
                 chunks = float(chunks_us)
-                added = kernel - (chunks - self.inner_overhead.us(len(prefill)))
+                added = kernel - (chunks - (ib + ir * m + it * 0))
                 decode = max(0.0, min(added, decode))
-        priced = self.cal.decode * decode + self.cal.prefill * (kernel - decode)
+        priced = cal.decode * decode + cal.prefill * (kernel - decode)
         if floor is not None:
             priced = max(priced, float(floor.step_us(prefill, n_decode, decode_kv_tokens)))
-        total = priced + self.overhead.us(n_requests, tokens)
-        return max(1, math.floor(total + 0.5))
+        b, r, t = self._terms  # self.overhead.us(n_requests, tokens)
+        total = priced + (b + r * n_requests + t * tokens)
+        us = math.floor(total + 0.5)
+        return us if us > 1 else 1
 
     def _prefill_us(self, prefill: Sequence[tuple[int, int]]) -> int:
         """:meth:`step_us` of a step with chunks only (no decodes: no decode share, ``K_d = 0``).
@@ -231,11 +241,14 @@ class CalibratedStepTime:
         tokens = 0
         for chunk, _ in prefill:  # a loop: no generator per step
             tokens += chunk
-        kernel = float(self.inner.step_us(prefill, 0, 0)) - self.inner_overhead.us(m)
+        ib, ir, it = self._inner_terms  # self.inner_overhead.us(m)
+        kernel = float(self.inner.step_us(prefill, 0, 0)) - (ib + ir * m + it * 0)
         priced = self.cal.decode * 0.0 + self.cal.prefill * (kernel - 0.0)
         if self.floor is not None:
             priced = max(priced, float(self.floor.step_us(prefill, 0, 0)))
-        us = max(1, math.floor(priced + self.overhead.us(m, tokens) + 0.5))
+        b, r, t = self._terms  # self.overhead.us(m, tokens)
+        us = math.floor(priced + (b + r * m + t * tokens) + 0.5)
+        us = us if us > 1 else 1
         if one:
             if len(self._chunk_us) >= _MEMO_MAX:
                 self._chunk_us.clear()

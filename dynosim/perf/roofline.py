@@ -117,10 +117,6 @@ class RooflineStepTime:
         comm = self._ar_fixed_us + n_tokens * self._ar_tok_us
         return max(compute, weights) + comm + self._fixed_us + self.overhead.us(n_requests)
 
-    def _prefill_attn_us(self, chunk: int, context: int) -> float:
-        pairs = chunk * (context + chunk / 2)
-        return max(pairs * self._attn_flop_us, (context + chunk) * self._kv_read_us)
-
     def _decode_const(self, n: int) -> float:
         const = self._per_n.get(n)
         if const is None:
@@ -143,9 +139,14 @@ class RooflineStepTime:
             return max(1, math.floor(total + 0.5))
         tokens = n_decode
         attn = 0.0
+        flop, read = self._attn_flop_us, self._kv_read_us
         for chunk, context in prefill:
             tokens += chunk
-            attn += self._prefill_attn_us(chunk, context)
+            # A chunk's attention: the larger of its FLOPs (query x key pairs, causal within
+            # the chunk) and its KV reads; max(a, b) written out (as max picks it), no call.
+            pairs = chunk * (context + chunk / 2)
+            a, b = pairs * flop, (context + chunk) * read
+            attn += b if b > a else a
         attn += float(decode_kv_tokens) * self._decode_per_kv if n_decode > 0 else 0.0
         total = self._const_us(tokens, len(prefill) + n_decode) + attn
         return max(1, math.floor(total + 0.5))

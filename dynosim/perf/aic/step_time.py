@@ -258,8 +258,17 @@ class AicStepTime:
         ``n_decode > 0``; for :class:`~dynosim.perf.overhead.CalibratedStepTime`).
         """
         tokens, attn = self._chunks_us(prefill)
-        const = self._decode_row(n_decode)[2]
-        d = self._decode_attn_scalar_us(n_decode, float(decode_kv_tokens))
+        i, wn, const = self._decode_row(n_decode)
+        # _decode_attn_scalar_us(n_decode, float(decode_kv_tokens)), inline (its row is known)
+        x = float(decode_kv_tokens) / n_decode
+        sg, top = self._sg_l, len(self._sg_l) - 2
+        j = bisect_right(sg, x) - 1  # _s_cell(x)
+        j = (j if j < top else top) if j > 0 else 0
+        wk = (x - sg[j]) / self._sw_l[j]
+        dec, ddec = self._dec_l, self._ddec_l
+        a = dec[i][j] + wk * ddec[i][j]
+        b = dec[i + 1][j] + wk * ddec[i + 1][j]
+        d = a + wn * (b - a)
         m = len(prefill)
         whole = self._const_us(max(tokens + n_decode, 1), m + n_decode) + (attn + d)
         chunks = self._const_us(max(tokens, 1), m) + attn
