@@ -160,7 +160,11 @@ class EngineWorker(Batch):
 
     def kv_load_range(self, now_us: int) -> tuple[float, float]:
         """Bounds of :attr:`kv_load_blocks` after a :meth:`sync` at ``now_us``, without one."""
-        held, queued = self.kv.used, self.pending_prefill_blocks  # kv_load_blocks' terms
+        kv = self.kv  # kv_load_blocks' terms (kv.used, pending_prefill_blocks), inline
+        held, queued = (
+            kv.total_blocks - kv.free - kv.evictable_blocks,
+            self.pending_prefill / self.block_size,
+        )
         low = held + queued + self.incoming_blocks
         if now_us >= self._sync_at:  # a segment step started since: its blocks may come
             held += -(-(self._seg_steps - 1) // self.block_size) * self.n_paged - self._seg_demand

@@ -74,13 +74,12 @@ class _Indexed:
         """The pool changed its list in place: re-read it at the next decision."""
         self._list = None
 
-    def _scans(self, workers: Sequence[EngineWorker]) -> bool:
-        """Whether this decision reads every worker (the scan) instead of the indexes."""
-        return len(workers) <= SCAN_MAX
+    _scan_always = False
+    """Every decision reads every worker, whatever the pool's size (kv_aware sampling)."""
 
     def route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
         """The worker the scan picks: by the scan in a small pool, else from the indexes."""
-        if self._scans(workers):
+        if len(workers) <= SCAN_MAX or self._scan_always:
             return self._scan.route(rr, workers, now_us)
         self._prepare(workers)
         return self._route(rr, workers, now_us)
@@ -135,7 +134,7 @@ class LeastLoaded(_Indexed):
             return self._scan.route(rr, workers, now_us)
         low, tied = 1 << 62, []
         for i, w in enumerate(workers):
-            n = w.outstanding
+            n = len(w.running) + len(w.waiting) + len(w.inbox) + w.incoming  # w.outstanding
             if n < low:
                 low, tied = n, [i]
             elif n == low:
@@ -203,6 +202,7 @@ class KvAware(_Indexed):
         self.temperature = temperature
         self._rng = rng
         self._scan = KvAwareScan(overlap_weight, temperature, rng)
+        self._scan_always = temperature > 0  # sampling needs every worker's cost
         self._blocks = BlockIndex()
         self._only_routed = True  # the block index holds only the routed workers
 
@@ -220,9 +220,6 @@ class KvAware(_Indexed):
             self._only_routed = self._blocks.attached == self._load.workers.keys()
         else:
             super()._prepare(workers)
-
-    def _scans(self, workers: Sequence[EngineWorker]) -> bool:
-        return self.temperature > 0 or super()._scans(workers)
 
     def _route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
         """Lowest-cost worker."""

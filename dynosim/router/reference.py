@@ -68,16 +68,17 @@ class KvAwareScan(Stateless):
             w.sync(now_us)
             kv = w.kv
             hit = kv.match(hashes, limit) if limit > 0 else 0
+            used = kv.total_blocks - kv.free - kv.evictable_blocks  # kv.used, inline
             costs.append(
-                kv_cost(
-                    weight, target, w.block_size, hit, kv.unit_blocks, kv.used, w.pending_prefill
-                )
+                kv_cost(weight, target, w.block_size, hit, kv.unit_blocks, used, w.pending_prefill)
             )
         if self.temperature > 0:
             return self._sample(np.array(costs))
         low = min(costs)
+        if costs.count(low) == 1:  # no tie (the usual case): no list of the tied
+            return costs.index(low)
         best = [i for i, c in enumerate(costs) if c == low]
-        return best[0] if len(best) == 1 else best[int(self._rng.integers(len(best)))]
+        return best[int(self._rng.integers(len(best)))]
 
     def _sample(self, costs: npt.NDArray[np.float64]) -> int:
         """A worker drawn with probability ``exp(-normalised cost / temperature)``."""
