@@ -91,13 +91,6 @@ class Batch:
         self.running[rr.seq] = rr
         self.prefilling.append(rr)
 
-    # ----------------------------------------------------------------- prefix cache
-    def _register_units(self, rr: RunningRequest) -> None:
-        full = min(rr.computed // HASH_BLOCK_TOKENS, len(rr.hashes))
-        if full > rr.n_units_seen:
-            rr.units += self.kv.register_all(rr.hashes[rr.n_units_seen : full])
-            rr.n_units_seen = full
-
     # ------------------------------------------------------------ decode aggregate
     def _join_decode(self, rr: RunningRequest) -> None:
         rr.clock_at_join = self.decode_clock

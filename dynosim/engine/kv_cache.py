@@ -98,7 +98,11 @@ class PrefixKVCache:
     def evictable_among(self, hashes: Sequence[int]) -> int:
         """How many of these cached units are currently evictable (unreferenced)."""
         refs = self._refs
-        return sum(1 for h in hashes if refs[h] < 0)
+        n = 0
+        for h in hashes:  # a loop: no generator per call
+            if refs[h] < 0:
+                n += 1
+        return n
 
     def acquire(self, hashes: Sequence[int]) -> None:
         """Take a reference on cached units (a prefix hit); they stop being evictable."""

@@ -36,6 +36,7 @@ from dynosim.engine.kv_cache import PrefixKVCache
 from dynosim.engine.state import RunningRequest
 from dynosim.perf.protocol import StepTimeModel
 from dynosim.timer import at
+from dynosim.types import HASH_BLOCK_TOKENS
 
 TokensCallback = Callable[["EngineWorker", Sequence[int], int, int], None]
 """``(worker, step ends, tokens of each step, first tokens of the last step)``."""
@@ -195,7 +196,8 @@ class EngineWorker(Batch):
         arrivals already due now), so requests that arrive together start together, as an
         engine loop that wakes up finds every request its queue received meanwhile.
         """
-        self.touch()
+        if self.watch is not None:  # touch(), without a call when no router watches
+            self.touch()
         rr.enqueued_us = now_us
         self.waiting.append(rr)
         self.pending_prefill += rr.target - rr.remote
@@ -208,19 +210,23 @@ class EngineWorker(Batch):
 
     def _on_wake(self, version: int) -> None:
         if version == self._version:
-            self.touch()
+            if self.watch is not None:
+                self.touch()
             self._start_step(int(self.env._now))
 
     # ------------------------------------------------------------------- stepping
     def _schedule(self, at_us: int) -> None:
         self._version += 1
-        at(self.env, at_us, URGENT, self._on_boundary, self._version)
+        env = self.env  # at(env, at_us, URGENT, ...), inline: a call per step boundary
+        entry = (at_us, URGENT, next(env._eid), self._on_boundary, self._version)
+        heapq.heappush(env._queue, entry)  # type: ignore[misc]
 
     def _on_boundary(self, version: int) -> None:
         if version != self._version:
             return
         now = int(self.env._now)  # not the now property: a call less
-        self.touch()
+        if self.watch is not None:
+            self.touch()
         self.events += 1
         k = self._seg_steps
         if k > self._seg_applied:
@@ -240,10 +246,16 @@ class EngineWorker(Batch):
             if rr.finish_step == fs and rr.seq == seq:
                 self._leave_decode(rr)
                 self._finish(rr, now)
+        kv = self.kv
         for rr, chunk in self._step_prefill:
             rr.computed += chunk
             self.pending_prefill -= chunk
-            self._register_units(rr)
+            # The prefix cache takes the units the request has now computed in full.
+            full = rr.computed // HASH_BLOCK_TOKENS
+            if full > rr.n_units_seen and rr.n_units_seen < len(rr.hashes):
+                full = min(full, len(rr.hashes))
+                rr.units += kv.register_all(rr.hashes[rr.n_units_seen : full])
+                rr.n_units_seen = full
             if rr.computed == rr.target:
                 self.prefilling.remove(rr)
                 rr.generated += 1

@@ -84,7 +84,8 @@ class VllmWorker(EngineWorker):
         kv, bs = self.kv, self.block_size
         preempted = False
         while True:
-            demand = self._next_step_blocks()
+            # _next_step_blocks(), inline (a call per step)
+            demand = self._phase[-self.decode_clock % bs] if self.n_paged else 0
             left = self.budget - self.n_decode
             plan: list[tuple[RunningRequest, int, int]] = []
             for rr in self.prefilling:
@@ -136,7 +137,9 @@ class VllmWorker(EngineWorker):
             # Blocks now: the computed part, or (reserving) the whole sequence at its end.
             upto = rr.target + rr.max_tokens - rr.generated - 1 if reserve else start + chunk
             need = -(-upto // bs) - hit * unit
-            if need + rr.extra_blocks + self._pinned(rr, hit) > kv.available:
+            # _pinned(rr, hit) and kv.available, inline (calls per admission)
+            pinned = kv.evictable_among(rr.hashes[:hit]) * unit if hit else 0
+            if need + rr.extra_blocks + pinned > kv.free + kv.evictable_blocks:
                 break
             waiting.popleft()
             self._take(rr, hit, start, need, now)
