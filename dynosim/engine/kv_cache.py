@@ -147,7 +147,7 @@ class PrefixKVCache:
                         skipped = more.count(None)
                         self._tombs -= skipped
                     victims = [h for h in victims if h is not None]
-            hashes = cast("list[int]", victims)  # no tombstone left
+            hashes: list[int] = victims  # type: ignore[assignment]  # no tombstone left (no cast call)
             refs = self._refs
             for h in hashes:
                 del refs[h]

@@ -103,8 +103,10 @@ class EngineWorker(Batch):
         self._version = 0
         self._step_prefill: list[tuple[RunningRequest, int]] = []
         self._seg_steps = 1
-        # Step j (from 1) of the segment ends at _seg_base + _seg_sums[_seg_t0 + j].
+        # Step j (from 1) of the segment ends at _seg_base + _seg_sums[_seg_t0 + j]. _seg_ends
+        # views the same sums as Python ints: reading and bisecting it makes no numpy scalars.
         self._seg_sums, self._seg_t0, self._seg_base = NO_SUMS, 0, 0
+        self._seg_ends = NO_SUMS.data
         self._seg_applied = 1
         self._seg_demand = 0
         self._seg_top = 0
@@ -339,6 +341,7 @@ class EngineWorker(Batch):
         # The running sums of the steps' durations, from the pool's memo (DecodeRuns).
         sums, t0 = self.runs.sums(n, kv_tokens, k)
         self._seg_sums, self._seg_t0 = sums, t0
+        self._seg_ends = sums.data
         self._seg_base = now - int(sums[t0])
         self._seg_steps = k
         self._seg_applied = 1
@@ -348,13 +351,13 @@ class EngineWorker(Batch):
 
     def _end(self, j: int) -> int:
         """When step ``j`` (from 1) of the current segment ends."""
-        return self._seg_base + int(self._seg_sums[self._seg_t0 + j])
+        return self._seg_base + self._seg_ends[self._seg_t0 + j]
 
     def _ended(self, now: int) -> int:
         """Steps of the current segment ended by ``now`` (the segment's ends, bisected)."""
         t0 = self._seg_t0
         hi = t0 + self._seg_steps + 1
-        return bisect_right(self._seg_sums, now - self._seg_base, t0 + 1, hi) - t0 - 1
+        return bisect_right(self._seg_ends, now - self._seg_base, t0 + 1, hi) - t0 - 1
 
     def _end_list(self, k: int) -> list[int]:
         """When each of the first ``k`` steps of the current segment ends."""
