@@ -123,7 +123,11 @@ class LeastLoaded(_Indexed):
         self._sync_ties = sync_ties
 
     def _state(self, w: EngineWorker) -> tuple[Any, ...]:
-        return (w.outstanding, w.kv_load_blocks)
+        # (w.outstanding, w.kv_load_blocks) without the property calls (a state per update)
+        kv = w.kv
+        used = kv.total_blocks - kv.free - kv.evictable_blocks
+        n = len(w.running) + len(w.waiting) + len(w.inbox) + w.incoming
+        return (n, used + w.pending_prefill / w.block_size + w.incoming_blocks)
 
     def route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
         """The worker the scan picks: by the scan in a small pool, else from the indexes."""
@@ -177,7 +181,9 @@ class KvLoad(_Indexed):
     _scan = KvLoadScan()
 
     def _state(self, w: EngineWorker) -> tuple[Any, ...]:
-        return (w.kv_load_blocks,)
+        kv = w.kv  # (w.kv_load_blocks,) without the property calls
+        used = kv.total_blocks - kv.free - kv.evictable_blocks
+        return (used + w.pending_prefill / w.block_size + w.incoming_blocks,)
 
     def _route(self, rr: RunningRequest, workers: Sequence[EngineWorker], now_us: int) -> int:
         """Least KV-loaded worker."""
@@ -207,7 +213,8 @@ class KvAware(_Indexed):
         self._only_routed = True  # the block index holds only the routed workers
 
     def _state(self, w: EngineWorker) -> tuple[Any, ...]:
-        used, pending = w.kv.used, w.pending_prefill
+        kv = w.kv  # kv.used, inline
+        used, pending = kv.total_blocks - kv.free - kv.evictable_blocks, w.pending_prefill
         return (used + (1 + self.overlap_weight) * (pending / w.block_size), used, pending)
 
     def _prepare(self, workers: Sequence[EngineWorker]) -> None:
