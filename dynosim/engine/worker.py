@@ -6,14 +6,8 @@ blocks, step boundaries and fast-forward. *Which* requests a step holds is the b
 scheduling policy: a subclass in :mod:`dynosim.engine.policies` implements
 :meth:`EngineWorker._start_step` (vLLM v1, SGLang, TRT-LLM) and calls :meth:`_launch`.
 
-Fast-forward: while only decoding requests run and nothing can be admitted, the batch is the
-same from step to step until the first completion, so one scheduled event covers many steps.
-The segment is cut at the first step boundary after an arrival routed here, and ends before
-the first step whose new KV blocks would exceed what is available (that step is then formed
-normally, with the policy's preemption) or, while a request waits, would evict a cached
-prefix; a policy whose admission can change during a segment cuts it where it would
-(:meth:`_admissible_after`). ``fast_forward=False`` steps one iteration per event and is the
-reference the fast path must match exactly, for every policy.
+Fast-forward (one scheduled event for many decode-only steps) is
+:class:`~dynosim.engine.segment.DecodeSegments`, which this class extends.
 
 Time is integer microseconds. Step boundaries are scheduled with simpy's URGENT priority so
 that at an equal instant they run before arrivals: an arrival at a boundary's instant joins at
@@ -23,16 +17,16 @@ the next boundary, in both modes.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_right
 from collections.abc import Callable, Sequence
 
 import simpy
 from simpy.events import NORMAL, URGENT
 
 from dynosim.config import EngineConfig
-from dynosim.engine.batch import Batch, FinishCallback
-from dynosim.engine.decode_runs import NO_SUMS, DecodeRuns
+from dynosim.engine.batch import FinishCallback
+from dynosim.engine.decode_runs import DecodeRuns
 from dynosim.engine.kv_cache import PrefixKVCache
+from dynosim.engine.segment import DecodeSegments
 from dynosim.engine.state import RunningRequest
 from dynosim.perf.protocol import StepTimeModel
 from dynosim.timer import at
@@ -40,14 +34,14 @@ from dynosim.types import HASH_BLOCK_TOKENS
 
 TokensCallback = Callable[["EngineWorker", Sequence[int], int, int], None]
 """``(worker, step ends, tokens of each step, first tokens of the last step)``."""
-_NEVER = 1 << 62
 
 
-class EngineWorker(Batch):
+class EngineWorker(DecodeSegments):
     """A serving engine: a waiting queue, a running batch and a KV cache, stepped in time.
 
     A scheduling policy is a subclass (:mod:`dynosim.engine.policies`). It overrides these
-    hooks, all called by this class:
+    hooks, all called by this class (the last two by its base's
+    :meth:`~dynosim.engine.segment.DecodeSegments._start_segment`):
 
     * :meth:`_start_step` (required): form the step at a boundary and end with :meth:`_launch`;
     * :meth:`_setup`: read the policy's own engine settings, once, at the end of ``__init__``;
@@ -98,20 +92,9 @@ class EngineWorker(Batch):
         self.chunked = engine.enable_chunked_prefill
         self.decode_steps = 0  # steps that decoded (what the policies count; as decode_clock)
         self._step_decodes = False
-        # The scheduled segment: _seg_steps steps from the last boundary.
         self.busy = False
         self._version = 0
         self._step_prefill: list[tuple[RunningRequest, int]] = []
-        self._seg_steps = 1
-        # Step j (from 1) of the segment ends at _seg_base + _seg_sums[_seg_t0 + j]. _seg_ends
-        # views the same sums as Python ints: reading and bisecting it makes no numpy scalars.
-        self._seg_sums, self._seg_t0, self._seg_base = NO_SUMS, 0, 0
-        self._seg_ends = NO_SUMS.data
-        self._seg_applied = 1
-        self._seg_demand = 0
-        self._seg_top = 0
-        self._seg_start = 0
-        self._sync_at = _NEVER
         self.steps = 0
         self.events = 0
         self.busy_us = 0
@@ -172,11 +155,6 @@ class EngineWorker(Batch):
         if now_us >= self._sync_at:  # a segment step started since: its blocks may come
             held += -(-(self._seg_steps - 1) // self.block_size) * self.n_paged - self._seg_demand
         return low, held + queued + self.incoming_blocks
-
-    @property
-    def in_segment(self) -> bool:
-        """Whether a fast-forwarded segment has steps whose blocks are not allocated yet."""
-        return self._sync_at != _NEVER
 
     def touch(self) -> None:
         """Tell the watching router (if any) that what it reads of this worker may change."""
@@ -317,53 +295,6 @@ class EngineWorker(Batch):
     def on_idle(self) -> None:
         """Called when the worker runs out of work (a policy may reset its state)."""
 
-    def _start_segment(self, now: int, n: int, kv_tokens: int) -> None:
-        """Schedule a decode-only segment up to the first completion or KV shortage."""
-        heap = self._finish_heap
-        while heap[0][2].finish_step != heap[0][0] or heap[0][2].seq != heap[0][1]:
-            heapq.heappop(heap)
-        k = heap[0][0] - self.decode_clock
-        if k > 1:
-            bs = self.block_size
-            self._seg_top = (-self.decode_clock - 1) % bs  # the phase of the next step
-            # With a request waiting, stop before the first eviction: evicting a cached unit
-            # can shrink its prefix hit, unpin blocks and make it admissible (stepping re-checks
-            # admission every step). With nobody waiting, evictions change nothing here.
-            cap = self.kv.free if self.waiting else self.kv.available
-            # Every request takes at most one block per block_size steps: usually that fits.
-            paged = self.n_paged
-            if -(-(k - 1) // bs) * paged > cap and self._demand(k - 1) > cap:
-                k = bisect_right(range(k), cap, key=self._demand)  # demand is monotone
-            if k > 1 and (self.waiting or self.prefilling):
-                k = self._admissible_after(k)
-            if k > 1 and self.inbox:
-                k = self._received_after(k)
-        # The running sums of the steps' durations, from the pool's memo (DecodeRuns).
-        sums, t0 = self.runs.sums(n, kv_tokens, k)
-        self._seg_sums, self._seg_t0 = sums, t0
-        self._seg_ends = sums.data
-        self._seg_base = now - int(sums[t0])
-        self._seg_steps = k
-        self._seg_applied = 1
-        self._seg_demand = 0
-        self._sync_at = self._end(1) if k > 1 else _NEVER
-        self._schedule(self._end(k))
-
-    def _end(self, j: int) -> int:
-        """When step ``j`` (from 1) of the current segment ends."""
-        return self._seg_base + self._seg_ends[self._seg_t0 + j]
-
-    def _ended(self, now: int) -> int:
-        """Steps of the current segment ended by ``now`` (the segment's ends, bisected)."""
-        t0 = self._seg_t0
-        hi = t0 + self._seg_steps + 1
-        return bisect_right(self._seg_ends, now - self._seg_base, t0 + 1, hi) - t0 - 1
-
-    def _end_list(self, k: int) -> list[int]:
-        """When each of the first ``k`` steps of the current segment ends."""
-        t0 = self._seg_t0
-        return (self._seg_sums[t0 + 1 : t0 + k + 1] + self._seg_base).tolist()  # type: ignore[no-any-return]
-
     def _admissible_after(self, k: int) -> int:
         """Steps of a ``k``-step segment to run before the policy would admit a request.
 
@@ -381,44 +312,3 @@ class EngineWorker(Batch):
         overrides it.
         """
         return k
-
-    def _demand(self, m: int) -> int:
-        """New KV blocks of the ``m`` decode steps after the segment's first.
-
-        In every ``block_size`` consecutive steps each decoding request takes one block; the
-        ``m % block_size`` remaining steps take those of the phases they pass through, from
-        ``_seg_top`` (the phase of step ``decode_clock + 1``) downwards, wrapping around.
-        """
-        bs = self.block_size
-        full, rest = divmod(m, bs)
-        total = full * self.n_paged
-        if rest:
-            top, phase = self._seg_top, self._phase
-            if rest <= top + 1:
-                total += sum(phase[top + 1 - rest : top + 1])
-            else:
-                total += sum(phase[: top + 1]) + sum(phase[bs + top + 1 - rest :])
-        return total
-
-    def _cut(self, now: int) -> None:
-        """End the segment at the first step boundary strictly after ``now``."""
-        self._cut_to(self._ended(now) + 1)
-
-    def _cut_to(self, steps: int) -> None:
-        """End the segment after its first ``steps`` steps (nothing if it has no more)."""
-        if steps < self._seg_steps:
-            self._seg_steps = steps
-            if self._seg_applied >= steps:
-                self._sync_at = _NEVER
-            self._schedule(self._end(steps))
-
-    def _apply_allocations(self, started: int) -> None:
-        """Allocate the new blocks of segment steps up to ``started`` (step 0 already is)."""
-        if started > self._seg_applied:
-            demand = self._demand(started - 1)
-            if demand > self._seg_demand:  # else nothing the router reads changes
-                self.touch()
-                self.kv.allocate(demand - self._seg_demand)
-                self._seg_demand = demand
-            self._seg_applied = started
-            self._sync_at = _NEVER if started >= self._seg_steps else self._end(started)
