@@ -78,14 +78,17 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dynosim.config import HostConfig
+from dynosim.config import DeploymentConfig, HostConfig
 from dynosim.engine.state import RunningRequest
 from dynosim.metrics import NAN, HostMetrics, Stat
 from dynosim.types import Request
+
+if TYPE_CHECKING:
+    from dynosim.cluster.pool import WorkerPool
 
 REFERENCE_INPUT_TOKEN_US = 1.1
 """Tokenisation per prompt token, HF tokenizers on one thread (see the module docstring)."""
@@ -294,6 +297,19 @@ class Host:
             tokenize_queue_time=Stat.of(self.tokenize_wait_us[measured] / 1e3),
             stream_delay=Stat.of(self.stream_delay_us[measured] / 1e3),
         )
+
+
+def build_host(
+    config: DeploymentConfig, n_requests: int, entry: WorkerPool, decode: WorkerPool
+) -> Host | None:
+    """The host processes, if the deployment models them; the decode pool tells its tokens."""
+    if config.host is None:
+        return None
+    dp = {name: pool.attention_dp for name, pool in config.pools()}
+    host = Host(config.host, n_requests, entry_dp=dp[entry.name], decode_dp=dp[decode.name])
+    if host.queues_tokens:
+        decode.set_on_tokens(host.on_tokens)
+    return host
 
 
 def _ratio(busy: float, capacity: float) -> float:

@@ -2,7 +2,8 @@
 
 ``Simulation`` owns the simpy environment, the random generator and the requests' progress
 (what it records of them is kept by :class:`dynosim.recording.Recorder`); it is the only module
-that connects the parts. ``simulate()`` is the one call the optimizer uses.
+that connects the parts, which :mod:`dynosim.cluster.build` builds for it. ``simulate()`` is the
+one call the optimizer uses.
 
 Aggregated serving is one pool. In disaggregated serving a request is routed to a prefill
 worker (its *prefill leg* leaves once the prompt is computed), then to a decode worker picked by
@@ -38,19 +39,17 @@ import numpy as np
 import simpy
 from simpy.events import NORMAL
 
+from dynosim.cluster.build import build_observer, build_pools, speculative_plan
 from dynosim.cluster.handover import Handover
-from dynosim.cluster.planner import Observer, Planner
-from dynosim.cluster.pool import WorkerPool, pool_perfs
+from dynosim.cluster.planner import Planner
+from dynosim.cluster.pool import pool_perfs
 from dynosim.cluster.transfer import KVLinks
 from dynosim.config import DeploymentConfig, PoolName
-from dynosim.engine.policies import worker_class
 from dynosim.engine.state import RunningRequest
 from dynosim.engine.worker import EngineWorker
-from dynosim.host import Host, StreamedRequest
+from dynosim.host import StreamedRequest, build_host
 from dynosim.metrics import Metrics
-from dynosim.perf.speculative import extra_blocks, verify_steps
 from dynosim.recording import Recorder, SimResult
-from dynosim.router import make_router
 from dynosim.timer import at, run
 from dynosim.types import HASH_BLOCK_TOKENS, Request
 from dynosim.workload.release import WARMUP_PHASE, arrival_heap, check_requests, to_us
@@ -96,16 +95,18 @@ class Simulation:
         self.disagg = config.mode == "disagg"
         perfs = pool_perfs(config, perf)
         self.decode_perf = perfs["decode" if self.disagg else "agg"]
-        self.pools = self._build_pools(perfs, fast_forward)
+        self.pools = build_pools(config, self.env, self.rng, perfs, fast_forward=fast_forward,
+            on_prefilled=self._on_prefilled, on_finish=self._on_finish)  # fmt: skip
         self.decode = self.pools["decode"] if self.disagg else self.pools["agg"]
         self.entry = self.pools["prefill"] if self.disagg else self.pools["agg"]
         self.links = (
             KVLinks.between(config, self.entry.perf, self.decode.perf) if self.disagg else None
         )
-        self._spec_steps, self._spec_extra = self._speculative_plan(seed)
+        block_size = self.decode.engine.block_size
+        self._spec_steps, self._spec_extra = speculative_plan(config, requests, seed, block_size)
         # Host processes (dynosim.host): a tokenised request re-enters the arrival heap as
         # id + n; the client's view of first and last tokens comes from the replica's clock.
-        self.host = self._build_host()
+        self.host = build_host(config, len(requests), self.entry, self.decode)
         self._streams = self.host is not None and self.host.streams
         self.rec = Recorder(requests, self.pools, self.host)
         self.handover = None if self.links is None else Handover(
@@ -126,80 +127,8 @@ class Simulation:
         self.planner = (
             Planner(config.planner, self.pools, config.slo) if config.planner is not None else None
         )
-        self.observer = self._observer(sample_interval_s)
-
-    # ------------------------------------------------------------------ building
-    def _build_pools(
-        self, perfs: Mapping[PoolName, DeploymentPerf], fast_forward: bool
-    ) -> dict[PoolName, WorkerPool]:
-        """The worker pools, prefill first: each with its router and scheduling policy."""
-        config = self.config
-        pools: dict[PoolName, WorkerPool] = {}
-        for name, pool in config.pools():
-            router = config.decode_router if name == "decode" else config.router
-            pools[name] = WorkerPool(
-                name,
-                self.env,
-                tp=pool.tp,
-                workers=pool.workers * pool.attention_dp,  # one scheduler per DP rank
-                engine=pool.engine,
-                perf=perfs[name],
-                router=make_router(config, self.rng, router),
-                on_finish=self._on_prefilled if name == "prefill" else self._on_finish,
-                fast_forward=fast_forward,
-                worker_cls=worker_class(config.backend, pool.engine.capacity_scheduler_policy),
-            )
-        return pools
-
-    def _speculative_plan(self, seed: int) -> tuple[np.ndarray | None, np.ndarray]:
-        """Speculative decoding: each request's verify steps (None: off) and extra KV blocks."""
-        n = len(self.requests)
-        spec = self.config.speculative
-        if spec is None or spec.num_speculative_tokens <= 0 or not n:
-            return None, np.zeros(n, dtype=np.int64)
-        outs = np.fromiter((r.output_tokens for r in self.requests), np.int64, n)
-        ins = np.fromiter((r.input_tokens for r in self.requests), np.int64, n)
-        steps = verify_steps(outs, spec, seed)
-        return steps, extra_blocks(ins, outs, steps, self.decode.engine.block_size)
-
-    def _build_host(self) -> Host | None:
-        """The host processes, if the deployment models them; the decode pool tells its tokens."""
-        config = self.config
-        if config.host is None:
-            return None
-        dp = {name: pool.attention_dp for name, pool in config.pools()}
-        host = Host(
-            config.host,
-            len(self.requests),
-            entry_dp=dp[self.entry.name],
-            decode_dp=dp[self.decode.name],
-        )
-        if host.queues_tokens:
-            self.decode.set_on_tokens(host.on_tokens)
-        return host
-
-    def _observer(self, sample_interval_s: float | None) -> Observer:
-        """The pools' observation tick: at the planner's pace, and the timeline's.
-
-        The timeline samples at ``sample_interval_s`` if given, else it is the planner's.
-        """
-        plan_us, adjust_us = None, 0
-        planner = self.config.planner
-        if planner is not None:
-            pull = min(planner.metric_pulling_interval_s, planner.adjustment_interval_s)
-            plan_us = max(1, to_us(pull))
-            adjust_us = to_us(planner.adjustment_interval_s)
-        sample_us = None if sample_interval_s is None else max(1, to_us(sample_interval_s))
-        return Observer(
-            self.env,
-            self.pools,
-            self.planner,
-            self.rec.samples,
-            plan_us=plan_us,
-            adjust_us=adjust_us,
-            sample_us=sample_us,
-            busy=lambda: self._open > 0,
-        )
+        self.observer = build_observer(config, self.env, self.pools, self.planner,
+            self.rec.samples, sample_interval_s, busy=lambda: self._open > 0)  # fmt: skip
 
     @property
     def workers(self) -> list[EngineWorker]:

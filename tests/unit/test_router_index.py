@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dynosim import DeploymentConfig, Request, Simulation, simulation
+from dynosim import DeploymentConfig, Request, Simulation
+from dynosim.cluster import build
 from dynosim.config import RouterName
 from dynosim.engine.state import RunningRequest
 from dynosim.engine.worker import EngineWorker
@@ -147,7 +148,7 @@ def test_indexed_router_decides_as_the_scan(n: int, monkeypatch: pytest.MonkeyPa
         made.append(Checked(config, rng, name))
         return made[-1]
 
-    monkeypatch.setattr(simulation, "make_router", checked)
+    monkeypatch.setattr(build, "make_router", checked)
     res = _run(cfg, reqs, blocks)
     assert res.metrics.completed_requests > 0
     assert sum(c.checked for c in made) > 25
@@ -157,7 +158,7 @@ def test_indexed_router_decides_as_the_scan(n: int, monkeypatch: pytest.MonkeyPa
 def test_indexed_runs_equal_scanning_runs(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg, reqs, blocks = _cluster(n)
     fast = _run(cfg, reqs, blocks)
-    monkeypatch.setattr(simulation, "make_router", _scan)
+    monkeypatch.setattr(build, "make_router", _scan)
     slow = _run(cfg, reqs, blocks)
     assert fast.records.equal(slow.records)
     assert fast.metrics.scaling_events == slow.metrics.scaling_events
@@ -220,7 +221,7 @@ def test_pools_crossing_the_scan_size_route_as_the_scan(
     monkeypatch.setattr(cls, "route", counted)
     fast = _run(cfg, reqs, blocks)
     assert min(sizes) <= indexed.SCAN_MAX < max(sizes)  # both ways of routing were used
-    monkeypatch.setattr(simulation, "make_router", _scan)
+    monkeypatch.setattr(build, "make_router", _scan)
     slow = _run(cfg, reqs, blocks)
     assert fast.records.equal(slow.records)
     assert fast.metrics.scaling_events == slow.metrics.scaling_events
@@ -271,8 +272,8 @@ def test_small_least_loaded_pools_decide_by_kv_bounds_as_the_scan(
     assert calls["bounds"] > 20  # lagging tied workers, read without a sync ...
     assert calls["synced"] < calls["bounds"] / 4  # ... seldom synced after all
     with monkeypatch.context() as m:
-        m.setattr(simulation, "make_router", checked)
+        m.setattr(build, "make_router", checked)
         assert _run(cfg, reqs, blocks).records.equal(fast.records)
     assert sum(c.checked for c in made) > 25
-    monkeypatch.setattr(simulation, "make_router", _scan)
+    monkeypatch.setattr(build, "make_router", _scan)
     assert _run(cfg, reqs, blocks).records.equal(fast.records)
