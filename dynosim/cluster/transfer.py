@@ -52,11 +52,7 @@ class KVLinks:
         """Queue a transfer of ``tokens`` into decode worker ``worker``; when it arrives."""
         free = self._free_at.get(worker, 0)
         start = free if free > now_us else now_us
-        # duration_us(tokens), inline (a call per transfer)
-        end = start + math.ceil(
-            self.latency_us
-            + (tokens if tokens > 0 else 0) * self.bytes_per_token * self.us_per_byte
-        )
+        end = start + self.duration_us(tokens)
         self._free_at[worker] = end
         self.bytes_sent += tokens * self.bytes_per_token
         self.transfers += 1

@@ -174,7 +174,7 @@ class CalibratedStepTime:
         # The terms of both overheads, for FrameworkOverhead.us written inline on the step paths
         # (the same expression: a call each was a tenth of a step's price).
         o = inner_overhead
-        self._inner_terms = (o.base_us, o.per_request_us, o.per_token_us)
+        self._inner_terms = (o.base_us, o.per_request_us)  # called without tokens: no token term
         self._terms = (cal.base_us, cal.per_request_us, cal.per_token_us)
         # Prefill-only steps of one request, by (chunk, context): a disaggregated prefill
         # worker's steps, whose first chunks (full budget, context a hit) often repeat.
@@ -204,19 +204,19 @@ class CalibratedStepTime:
         tokens = n_decode
         for chunk, _ in prefill:  # a loop: no generator per step
             tokens += chunk
-        ib, ir, it = self._inner_terms  # self.inner_overhead.us(x) is ib + ir * x + it * 0
-        kernel = inner - (ib + ir * n_requests + it * 0)
+        ib, ir = self._inner_terms  # self.inner_overhead.us(x) is ib + ir * x
+        kernel = inner - (ib + ir * n_requests)
         decode = 0.0
         cal = self.cal
         if n_decode > 0:
             if parts is None:
                 alone_us = self.inner.step_us((), n_decode, decode_kv_tokens)
-            decode = min(kernel, float(alone_us) - (ib + ir * n_decode + it * 0))
+            decode = min(kernel, float(alone_us) - (ib + ir * n_decode))
             if cal.prefill >= cal.decode:
                 if parts is None:
                     chunks_us = self.inner.step_us(prefill, 0, 0)
                 chunks = float(chunks_us)
-                added = kernel - (chunks - (ib + ir * m + it * 0))
+                added = kernel - (chunks - (ib + ir * m))
                 decode = max(0.0, min(added, decode))
         priced = cal.decode * decode + cal.prefill * (kernel - decode)
         if floor is not None:
@@ -229,7 +229,7 @@ class CalibratedStepTime:
     def _prefill_us(self, prefill: Sequence[tuple[int, int]]) -> int:
         """:meth:`step_us` of a step with chunks only (no decodes: no decode share, ``K_d = 0``).
 
-        The same operations in the same order as the mixed path with ``decode = 0.0``; a
+        The mixed path with ``decode = 0.0``, its zero terms left out (the same integers); a
         one-chunk step is a pure function of its chunk, memoised.
         """
         one = len(prefill) == 1
@@ -241,9 +241,9 @@ class CalibratedStepTime:
         tokens = 0
         for chunk, _ in prefill:  # a loop: no generator per step
             tokens += chunk
-        ib, ir, it = self._inner_terms  # self.inner_overhead.us(m)
-        kernel = float(self.inner.step_us(prefill, 0, 0)) - (ib + ir * m + it * 0)
-        priced = self.cal.decode * 0.0 + self.cal.prefill * (kernel - 0.0)
+        ib, ir = self._inner_terms  # self.inner_overhead.us(m)
+        kernel = float(self.inner.step_us(prefill, 0, 0)) - (ib + ir * m)
+        priced = self.cal.prefill * kernel  # the mixed path's priced with decode = 0.0
         if self.floor is not None:
             priced = max(priced, float(self.floor.step_us(prefill, 0, 0)))
         b, r, t = self._terms  # self.overhead.us(m, tokens)

@@ -219,9 +219,11 @@ class AicStepTime:
             out.append(d if d > 1 else 1)
         return out
 
-    def _decode_attn_scalar_us(self, n: int, kv: float) -> float:
-        """Decode attention of ``n`` requests attending ``kv`` KV tokens in all, ``kv / n`` each."""
-        i, wn, _ = self._decode_row(n)
+    def _decode_attn_scalar_us(self, i: int, wn: float, n: int, kv: float) -> float:
+        """Decode attention of ``n`` requests attending ``kv`` KV tokens in all, ``kv / n`` each.
+
+        ``i``, ``wn``: the request-count cell of ``n`` and its weight (:meth:`_decode_row`).
+        """
         x = kv / n
         j = self._s_cell(x)
         wk = (x - self._sg_l[j]) / self._sw_l[j]
@@ -238,13 +240,14 @@ class AicStepTime:
                 return max(1, math.floor(self.overhead.us(0) + 0.5))
             # Same operations, in the same order, as decode_run_us (checked bit for bit by the
             # conformance suite); Python floats are ~5x faster than numpy on one element.
-            const = self._decode_row(n_decode)[2]
-            total = self._decode_attn_scalar_us(n_decode, float(decode_kv_tokens)) + const
+            i, wn, const = self._decode_row(n_decode)
+            total = self._decode_attn_scalar_us(i, wn, n_decode, float(decode_kv_tokens)) + const
             return max(1, math.floor(total + 0.5))
         tokens, attn = self._chunks_us(prefill)
         tokens += n_decode
         if n_decode > 0:
-            attn += self._decode_attn_scalar_us(n_decode, float(decode_kv_tokens))
+            i, wn, _ = self._decode_row(n_decode)
+            attn += self._decode_attn_scalar_us(i, wn, n_decode, float(decode_kv_tokens))
         total = self._const_us(tokens if tokens > 1 else 1, len(prefill) + n_decode) + attn
         return max(1, math.floor(total + 0.5))
 
@@ -259,16 +262,7 @@ class AicStepTime:
         """
         tokens, attn = self._chunks_us(prefill)
         i, wn, const = self._decode_row(n_decode)
-        # _decode_attn_scalar_us(n_decode, float(decode_kv_tokens)), inline (its row is known)
-        x = float(decode_kv_tokens) / n_decode
-        sg, top = self._sg_l, len(self._sg_l) - 2
-        j = bisect_right(sg, x) - 1  # _s_cell(x)
-        j = (j if j < top else top) if j > 0 else 0
-        wk = (x - sg[j]) / self._sw_l[j]
-        dec, ddec = self._dec_l, self._ddec_l
-        a = dec[i][j] + wk * ddec[i][j]
-        b = dec[i + 1][j] + wk * ddec[i + 1][j]
-        d = a + wn * (b - a)
+        d = self._decode_attn_scalar_us(i, wn, n_decode, float(decode_kv_tokens))
         m = len(prefill)
         whole = self._const_us(max(tokens + n_decode, 1), m + n_decode) + (attn + d)
         chunks = self._const_us(max(tokens, 1), m) + attn
