@@ -285,7 +285,7 @@ def _silicon(path: Path, line: int, r: dict[str, str]) -> Measurement:
 
 
 def _as_recipe_ran(m: Measurement, recipe: RowRecipe) -> Measurement:
-    """``m`` with its recipe's concurrency and (vLLM) command-line parallelism.
+    """``m`` with its recipe's concurrency and (vLLM, TensorRT-LLM) command-line parallelism.
 
     SGLang's ``--max-running-requests`` is the server's: each DP-attention rank admits that
     over the DP size (``TpModelWorker``); vLLM's ``--max-num-seqs`` and TRT-LLM's

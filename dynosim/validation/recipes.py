@@ -17,6 +17,12 @@ concurrency (``conc``: the source's ``silicon_concurrency``; AIConfigurator's ``
 column is sometimes that over the DP size). It was made by running each recipe at its commit
 under bash with the server and client commands stubbed to print their arguments and the config
 files the recipe wrote; an empty cell is a flag the recipe leaves at the engine's default.
+For TensorRT-LLM rows (session 21) ``enable_attention_dp`` and ``moe_backend`` are the values the
+recipe wrote into its ``extra_llm_api_options`` file, resolved the same way (empty where the
+recipe writes none: the dense 70B recipes): 118 rows of 2025-11-02 (``*_trt_slurm.sh`` at
+9596d23d7) record the sweep's ``ep 1`` and no attention DP, but their recipes ran
+``--ep_size=$TP`` (and, at some points, attention DP); ``moe_backend`` is recorded, not used
+(AIConfigurator times one kernel per MoE format and GPU).
 ``moe_activation`` is ``mxfp8`` where the recipe exports
 ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1`` (read from the recipe's text at its commit). A row ran
 a speculative-decoding recipe (``..._mtp.sh``: 174 rows, DeepSeek-R1 TRT-LLM and SGLang, Qwen3.5
@@ -117,11 +123,13 @@ class RowRecipe:
         speculative: The deployment's ``speculative`` section when the recipe speculates
             (``mtp:N``: multi-token prediction with ``N`` draft tokens, at the MTP default
             acceptance of :class:`~dynosim.config.SpeculativeConfig`).
-        parallel: vLLM only: ``tp``, ``ep``, ``moe_tp``, ``attention_dp`` as the command line
-            asks (``--tensor-parallel-size``, ``--data-parallel-size``,
-            ``--enable-expert-parallel``): InferenceX's vLLM recipes for MiniMax-M2.5 and
+        parallel: ``tp``, ``ep``, ``moe_tp``, ``attention_dp`` as the command line asks.
+            vLLM: ``--tensor-parallel-size``, ``--data-parallel-size``,
+            ``--enable-expert-parallel`` (InferenceX's vLLM recipes for MiniMax-M2.5 and
             Kimi-K2.5 ignore the sweep's DP-attention setting, which AIConfigurator's rows
-            encode as ``attention_dp`` (None for the other backends).
+            encode as ``attention_dp``). TensorRT-LLM: ``--tp_size``, ``--ep_size`` and
+            ``enable_attention_dp`` (:func:`_trtllm_parallel`). None for SGLang, whose
+            recipes pass the sweep's settings.
         moe_activation: ``mxfp8`` when the recipe runs MXFP4 experts on MXFP8 activations
             (``export VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``: every gpt-oss B200 vLLM recipe);
             None: the backend's default.
@@ -197,6 +205,27 @@ def _table() -> dict[str, RowRecipe]:
         return {r["id"]: _recipe(r) for r in csv.DictReader(f)}
 
 
+def _trtllm_parallel(r: dict[str, str]) -> dict[str, int] | None:
+    """What ``trtllm-serve --tp_size=TP --ep_size=EP`` with ``enable_attention_dp`` runs.
+
+    Attention is split TP ways, or with ``enable_attention_dp`` replicated on each of the TP
+    ranks, each with its own batch (AIConfigurator's ``tp 1 x attention_dp TP``); the experts
+    are split ``EP`` ways and each over ``TP / EP`` ranks (TensorRT-LLM's ``moe_tp_size``
+    default, ``Mapping``). None where the table does not resolve both flags (the row's own
+    parallelism stands). Some recipes set them from the point's concurrency and lengths,
+    whatever the sweep's row says: ``dsr1_fp8_b200_trt_slurm.sh@9596d23d7`` passes
+    ``EP_SIZE="$TP"`` at every point, ``dsr1_fp4_b200_trt_slurm.sh`` there turns expert
+    parallelism and attention DP on above concurrency 32 at TP 4.
+    """
+    ep, dp = r["enable_expert_parallel"], r["enable_attention_dp"]
+    if not ep.startswith("ep_size=") or dp not in ("true", "false"):
+        return None
+    tp, ep_size = int(r["tp"]), int(ep.removeprefix("ep_size="))
+    attention_dp = tp if dp == "true" else 1
+    return {"tp": tp // attention_dp, "ep": ep_size, "moe_tp": tp // ep_size,
+            "attention_dp": attention_dp}  # fmt: skip
+
+
 def _recipe(r: dict[str, str]) -> RowRecipe:
     backend = r["backend"]
     engine: dict[str, Any] = dict(ENGINE_DEFAULTS[backend])
@@ -223,6 +252,7 @@ def _recipe(r: dict[str, str]) -> RowRecipe:
     elif backend == "trtllm":
         put("batch_wait_timeout_iters", "batch_wait_timeout_iters", int)
         put("batch_wait_max_tokens_ratio", "batch_wait_max_tokens_ratio", float)
+        parallel = _trtllm_parallel(r)
     elif backend == "sglang":
         put("scheduler_recv_interval", "scheduler_recv_interval", int)
         put("max_prefill_tokens", "max_prefill_tokens", int)

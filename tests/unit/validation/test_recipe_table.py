@@ -95,6 +95,30 @@ def test_kimi_vllm_row_runs_as_its_command_line_asks() -> None:
     assert row_config(m).engine.max_num_seqs == 4  # --max-num-seqs $CONC
 
 
+def test_trtllm_rows_run_the_parallelism_their_recipe_passes() -> None:
+    """``dsr1_fp8_b200_trt_slurm.sh@9596d23d7`` passes ``EP_SIZE="$TP"`` at every point (its
+    rows record the sweep's ``ep 1``): 8 GPUs of attention TP 8 and experts EP 8.
+    ``dsr1_fp4_b200_trt_slurm.sh`` there, TP 4 at 8k/1k above concurrency 32: ``EP_SIZE=$TP``,
+    ``DP_ATTENTION=true`` (``enable_attention_dp: true``), ``MOE_BACKEND="CUTLASS"``."""
+    m = _rows()["dsr1_b200_trtllm_fp8_agg_1024x1024_c16_cfg75"]
+    assert m.recipe == "benchmarks/dsr1_fp8_b200_trt_slurm.sh@9596d23d7"
+    assert (m.tp, m.ep, m.moe_tp, m.attention_dp, m.concurrency) == (8, 8, 1, 1, 16)
+    m = _rows()["dsr1_b200_trtllm_fp4_agg_8192x1024_c64_cfg82"]
+    assert (m.tp, m.ep, m.moe_tp, m.attention_dp, m.concurrency) == (1, 4, 1, 4, 64)
+    c = row_config(m, timing="roofline")
+    assert (c.tp, c.attention_dp, c.ep) == (1, 4, 4)
+    with RECIPES_CSV.open(newline="", encoding="utf-8") as f:
+        table = [r for r in csv.DictReader(f) if r["backend"] == "trtllm"]
+    rows = _rows()
+    resolved = [r for r in table if r["enable_attention_dp"]]
+    assert len(resolved) == 488  # the dense 70B recipes write no extra options file
+    for r in resolved:  # the same GPUs, split as the command line asks
+        m = rows[r["id"]]
+        assert m.tp * m.attention_dp == int(r["tp"]) == m.ep * m.moe_tp
+        assert f"ep_size={m.ep}" == r["enable_expert_parallel"]
+        assert (m.attention_dp > 1) == (r["enable_attention_dp"] == "true")
+
+
 def test_a_speculative_recipe_row_speculates() -> None:
     """DeepSeek-R1 FP8 B200 TRT-LLM, 2026-02-05, image ``1.2.0rc6.post3``: only the MTP sweep
     (``dsr1-fp8-b200-trt-mtp``, commit 5d517074c) ran that image; its recipe
@@ -190,14 +214,17 @@ def test_rows_without_a_known_recipe_keep_the_generic_one(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize(
-    "column", ["kv_cache_dtype", "prefix_caching", "async_scheduling", "moe_activation"]
-)
+    "column",
+    ["kv_cache_dtype", "prefix_caching", "async_scheduling", "moe_activation",
+     "enable_attention_dp", "moe_backend"],
+)  # fmt: skip
 def test_table_spellings_are_known(column: str) -> None:
     with RECIPES_CSV.open(newline="", encoding="utf-8") as f:
         values = {r[column] for r in csv.DictReader(f)}
     allowed = {
         "kv_cache_dtype": {"", "fp8", "fp8_e4m3", "auto"},
         "moe_activation": {"", "mxfp8"},
+        "moe_backend": {"", "TRTLLM", "CUTLASS", "DEEPGEMM", "TRITON"},
     }.get(column, {"", "true", "false"})
     assert values <= allowed
 
