@@ -16,6 +16,7 @@ import pytest
 
 from dynosim import DeploymentConfig, Request, Simulation
 from dynosim.config import SpeculativeConfig
+from dynosim.config.speculative import MTP_ACCEPTANCE, MTP_ACCEPTANCE_LENGTHS
 from dynosim.perf.deployment import DeploymentPerf
 from dynosim.perf.linear import LinearStepTime
 from dynosim.perf.speculative import (
@@ -60,6 +61,15 @@ def test_expected_tokens_per_step() -> None:
     )
     assert expected_tokens_per_step(_spec(num_speculative_tokens=3, acceptance=1.0)) == 4
     assert expected_tokens_per_step(_spec(num_speculative_tokens=3, acceptance=0.0)) == 1
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5])
+def test_mtp_default_yields_the_published_acceptance_lengths(k: int) -> None:
+    """TensorRT-LLM's DeepSeek-R1 on B200, autoregressive MTP with 1-5 draft tokens (tech blog
+    1): 1.92, 2.58, 2.82, 2.99, 3.01 tokens a verify step; the default rates give those."""
+    spec = SpeculativeConfig(method="mtp", num_speculative_tokens=k)
+    assert expected_tokens_per_step(spec) == pytest.approx(MTP_ACCEPTANCE_LENGTHS[k - 1], abs=2e-4)
+    assert spec.acceptance == MTP_ACCEPTANCE[:k]
 
 
 def test_zero_speculative_tokens_is_plain_decoding() -> None:
