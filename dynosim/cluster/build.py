@@ -60,6 +60,8 @@ def build_pools(
             fast_forward=fast_forward,
             worker_cls=worker_class(config.backend, pool.engine.capacity_scheduler_policy),
         )
+        if pool.attention_dp > 1:
+            pools[name].step_together(pool.attention_dp)
     return pools
 
 

@@ -18,6 +18,7 @@ from dynosim.config import EngineConfig, PoolName
 from dynosim.engine.batch import FinishCallback
 from dynosim.engine.decode_runs import DecodeRuns
 from dynosim.engine.kv_cache import PrefixKVCache
+from dynosim.engine.lockstep import LockstepGroup
 from dynosim.engine.policies import VllmWorker
 from dynosim.engine.state import RunningRequest
 from dynosim.engine.worker import EngineWorker, TokensCallback
@@ -35,7 +36,8 @@ class WorkerPool:
     """Engines of one kind (aggregated, prefill or decode), their router and their GPU timeline.
 
     ``worker_cls`` is the backend's scheduling policy
-    (:func:`dynosim.engine.policies.worker_class`).
+    (:func:`dynosim.engine.policies.worker_class`). With attention DP the workers are the ranks
+    of replicas (:meth:`step_together`).
 
     Attributes:
         workers: Every worker ever created, by index.
@@ -81,6 +83,15 @@ class WorkerPool:
         self._runs = DecodeRuns(perf.timing)  # the workers' decode step prices, shared
         for _ in range(workers):
             self.active.append(self._create(0))
+
+    def step_together(self, ranks: int) -> None:
+        """Make each ``ranks`` consecutive workers one attention-DP replica, stepping together.
+
+        (:class:`~dynosim.engine.lockstep.LockstepGroup`; the pool does not grow or shrink:
+        a planner is refused with attention DP.)
+        """
+        for i in range(0, len(self.workers), ranks):
+            LockstepGroup(self.env, self.workers[i : i + ranks], self.engine)
 
     # ------------------------------------------------------------------ views
     @property

@@ -28,6 +28,9 @@ BACKEND_ENGINE_FIELDS: dict[str, tuple[str, ...]] = {
         "capacity_scheduler_policy",
         "batch_wait_timeout_iters",
         "batch_wait_max_tokens_ratio",
+        "attention_dp_enable_balance",
+        "attention_dp_timeout_iters",
+        "attention_dp_batching_wait_iters",
     ),
 }
 """The engine fields only one backend has (``None`` = that backend's default)."""
@@ -73,7 +76,12 @@ class EngineConfig:
       ``batch_wait_timeout_iters`` / ``batch_wait_max_tokens_ratio``, default 0 / 0.0: off):
       while generation requests run, new context requests wait up to that many iterations
       for the scheduled tokens to reach that fraction of ``max_num_batched_tokens``
-      (``PyExecutor._waiting_requests``; see :class:`~dynosim.engine.policies.TrtllmWorker`).
+      (``PyExecutor._waiting_requests``; see :class:`~dynosim.engine.policies.TrtllmWorker`);
+      with attention DP, ``attention_dp_enable_balance``, ``attention_dp_timeout_iters`` and
+      ``attention_dp_batching_wait_iters`` (LLM API ``attention_dp_config``: ``enable_balance``
+      default false, ``timeout_iters`` 50, ``batching_wait_iters`` 10,
+      ``AttentionDpConfig``): the ranks hold new context requests until every rank has one or
+      the timeout passes (:class:`~dynosim.engine.lockstep.AdpBalance`).
     """
 
     max_num_seqs: int = 256
@@ -90,6 +98,9 @@ class EngineConfig:
     capacity_scheduler_policy: CapacityPolicy | None = None
     batch_wait_timeout_iters: int | None = None
     batch_wait_max_tokens_ratio: float | None = None
+    attention_dp_enable_balance: bool | None = None
+    attention_dp_timeout_iters: int | None = None
+    attention_dp_batching_wait_iters: int | None = None
     async_scheduling: bool | None = None
     allreduce_fusion: bool | None = None
 
@@ -120,10 +131,17 @@ class EngineConfig:
                 self.capacity_scheduler_policy,
                 get_args(CapacityPolicy),
             )
-        if self.batch_wait_timeout_iters is not None:
-            integer("engine.batch_wait_timeout_iters", self.batch_wait_timeout_iters, 0, 1 << 20)
         if self.batch_wait_max_tokens_ratio is not None:
             number("engine.batch_wait_max_tokens_ratio", self.batch_wait_max_tokens_ratio, 0, 1)
+        if self.attention_dp_enable_balance is not None:
+            flag("engine.attention_dp_enable_balance", self.attention_dp_enable_balance)
+        for name in (
+            "batch_wait_timeout_iters",
+            "attention_dp_timeout_iters",
+            "attention_dp_batching_wait_iters",
+        ):
+            if (value := getattr(self, name)) is not None:
+                integer(f"engine.{name}", value, 0, 1 << 20)
         flag("engine.enable_prefix_caching", self.enable_prefix_caching)
         flag("engine.enable_chunked_prefill", self.enable_chunked_prefill)
         number("engine.gpu_memory_utilization", self.gpu_memory_utilization, 0, 1, open_low=True)

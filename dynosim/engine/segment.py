@@ -19,12 +19,16 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_right
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from dynosim.config import EngineConfig
 from dynosim.engine.batch import Batch, FinishCallback
-from dynosim.engine.decode_runs import NO_SUMS, DecodeRuns
+from dynosim.engine.decode_runs import I64, NO_SUMS, DecodeRuns
 from dynosim.engine.kv_cache import PrefixKVCache
 from dynosim.engine.state import RunningRequest
+
+if TYPE_CHECKING:
+    from dynosim.engine.lockstep import LockstepGroup
 
 _NEVER = 1 << 62
 
@@ -42,6 +46,7 @@ class DecodeSegments(Batch):
     touch: Callable[[], None]
     _admissible_after: Callable[[int], int]
     _received_after: Callable[[int], int]
+    group: LockstepGroup | None
 
     def __init__(self, engine: EngineConfig, kv: PrefixKVCache, on_finish: FinishCallback) -> None:
         super().__init__(engine, kv, on_finish)
@@ -64,6 +69,19 @@ class DecodeSegments(Batch):
 
     def _start_segment(self, now: int, n: int, kv_tokens: int) -> None:
         """Schedule a decode-only segment up to the first completion or KV shortage."""
+        k = self._segment_steps()
+        # The running sums of the steps' durations, from the pool's memo (DecodeRuns).
+        sums, t0 = self.runs.sums(n, kv_tokens, k)
+        self._install(now, sums, t0, k)
+        self._schedule(self._end(k))
+
+    def _segment_steps(self) -> int:
+        """Steps a decode-only segment from this boundary may run (1: step once).
+
+        Up to the first completion, before the first step whose KV blocks do not fit, and
+        where the policy would admit or receive a request (stepping re-checks at every
+        boundary). Sets the block phase of the next step (``_seg_top``) for :meth:`_demand`.
+        """
         heap = self._finish_heap
         while heap[0][2].finish_step != heap[0][0] or heap[0][2].seq != heap[0][1]:
             heapq.heappop(heap)
@@ -83,8 +101,13 @@ class DecodeSegments(Batch):
                 k = self._admissible_after(k)
             if k > 1 and self.inbox:
                 k = self._received_after(k)
-        # The running sums of the steps' durations, from the pool's memo (DecodeRuns).
-        sums, t0 = self.runs.sums(n, kv_tokens, k)
+        return k
+
+    def _install(self, now: int, sums: I64, t0: int, k: int) -> None:
+        """Make the ``k`` steps from boundary ``now`` the segment.
+
+        Step ``j`` ends at ``now + sums[t0 + j] - sums[t0]``.
+        """
         self._seg_sums, self._seg_t0 = sums, t0
         self._seg_ends = sums.data
         self._seg_base = now - int(sums[t0])
@@ -92,7 +115,6 @@ class DecodeSegments(Batch):
         self._seg_applied = 1
         self._seg_demand = 0
         self._sync_at = self._end(1) if k > 1 else _NEVER
-        self._schedule(self._end(k))
 
     def _end(self, j: int) -> int:
         """When step ``j`` (from 1) of the current segment ends."""
@@ -134,10 +156,17 @@ class DecodeSegments(Batch):
     def _cut_to(self, steps: int) -> None:
         """End the segment after its first ``steps`` steps (nothing if it has no more)."""
         if steps < self._seg_steps:
-            self._seg_steps = steps
-            if self._seg_applied >= steps:
-                self._sync_at = _NEVER
+            if self.group is not None:  # the replica's ranks step together: cut them all
+                self.group.cut_to(steps)
+                return
+            self._shorten(steps)
             self._schedule(self._end(steps))
+
+    def _shorten(self, steps: int) -> None:
+        """Make the segment end after its first ``steps`` steps (fewer than it has)."""
+        self._seg_steps = steps
+        if self._seg_applied >= steps:
+            self._sync_at = _NEVER
 
     def _apply_allocations(self, started: int) -> None:
         """Allocate the new blocks of segment steps up to ``started`` (step 0 already is)."""

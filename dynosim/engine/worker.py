@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import simpy
 from simpy.events import NORMAL, URGENT
@@ -31,6 +32,9 @@ from dynosim.engine.state import RunningRequest
 from dynosim.perf.protocol import StepTimeModel
 from dynosim.timer import at
 from dynosim.types import HASH_BLOCK_TOKENS
+
+if TYPE_CHECKING:
+    from dynosim.engine.lockstep import LockstepGroup
 
 TokensCallback = Callable[["EngineWorker", Sequence[int], int, int], None]
 """``(worker, step ends, tokens of each step, first tokens of the last step)``."""
@@ -116,6 +120,8 @@ class EngineWorker(DecodeSegments):
         # changes what the router reads; the router re-reads it at its next decision.
         self.watch: list[EngineWorker] | None = None
         self.touched = False
+        # The replica's attention-DP ranks this worker steps together with (None: alone).
+        self.group: LockstepGroup | None = None
         self._setup(engine)
 
     def _setup(self, engine: EngineConfig) -> None:
@@ -183,6 +189,9 @@ class EngineWorker(DecodeSegments):
         self.pending_prefill += rr.target - rr.remote
         if not self.busy:
             self.busy = True
+            if self.group is not None:  # it joins the replica's next step
+                self.group.join(self, now_us)
+                return
             self._version += 1
             at(self.env, now_us, NORMAL, self._on_wake, self._version)
         elif self._seg_steps > 1:
@@ -202,9 +211,11 @@ class EngineWorker(DecodeSegments):
         heapq.heappush(env._queue, entry)  # type: ignore[misc]
 
     def _on_boundary(self, version: int) -> None:
-        if version != self._version:
-            return
-        now = int(self.env._now)  # not the now property: a call less
+        if version == self._version:
+            self._boundary(int(self.env._now))  # not the now property: a call less
+
+    def _boundary(self, now: int) -> None:
+        """The scheduled step (or segment) ends at ``now``: account for it, form the next."""
         if self.watch is not None:
             self.touch()
         self.events += 1
@@ -286,6 +297,10 @@ class EngineWorker(DecodeSegments):
         # the KV the step's decoding requests attend (none decode in a prefill-only step: 0,
         # not the aggregate's clock-relative offset)
         kv_tokens = self._len_offset + n * (self.decode_clock + 1) if n else 0
+        group = self.group
+        if group is not None:  # the replica's step: when its slowest rank ends
+            group.formed(self, n, kv_tokens, shapes, single)
+            return
         if step_prefill or not self.fast_forward or single:
             self._seg_steps = 1
             self._schedule(now + self.timing.step_us(shapes, n, kv_tokens))

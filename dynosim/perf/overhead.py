@@ -226,6 +226,14 @@ class CalibratedStepTime:
         us = math.floor(total + 0.5)
         return us if us > 1 else 1
 
+    def moe_us(self, prefill_tokens: float, n_decode: float) -> float:
+        """The inner model's MoE share (``AicStepTime.moe_us``), priced by the phase's factor."""
+        inner = getattr(self.inner, "moe_us", None)
+        if inner is None:
+            return 0.0
+        factor = self.cal.prefill if prefill_tokens > 0 else self.cal.decode
+        return factor * float(inner(prefill_tokens, n_decode))
+
     def _prefill_us(self, prefill: Sequence[tuple[int, int]]) -> int:
         """:meth:`step_us` of a step with chunks only (no decodes: no decode share, ``K_d = 0``).
 

@@ -135,6 +135,11 @@ class SpeculativeStepTime:
             return verify
         return verify + self._draft_us(self.inner.step_us((), n_decode, decode_kv_tokens))
 
+    def moe_us(self, prefill_tokens: float, n_decode: float) -> float:
+        """The inner model's MoE share of the verify step (each decode verifies ``k + 1``)."""
+        inner = getattr(self.inner, "moe_us", None)
+        return 0.0 if inner is None else float(inner(prefill_tokens, self.m * n_decode))
+
     def decode_run_us(
         self, n_decode: int, decode_kv_tokens: int, n_steps: int
     ) -> npt.NDArray[np.int64]:

@@ -45,6 +45,7 @@ from dynosim.errors import ConfigError, WorkloadError
 from dynosim.validation.measurement import Measurement
 from dynosim.validation.recipes import (
     RowRecipe,
+    family_attention_dp_config,
     family_kv_cache_dtype,
     recipe_flags,
     served_fp8_scales,
@@ -281,6 +282,8 @@ def _silicon(path: Path, line: int, r: dict[str, str]) -> Measurement:
         kv_cache_dtype=family or _kv_dtype(recipe, row.backend, row.dtype),
         fp8_scales=served_fp8_scales(base.model, row.dtype) if client == "inferencex" else None,
     )
+    if recipe is None and m.attention_dp > 1 and m.backend == "trtllm":
+        m = replace(m, engine={**m.engine, **family_attention_dp_config(r)})
     return m if recipe is None else _as_recipe_ran(m, recipe)
 
 

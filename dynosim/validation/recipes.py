@@ -23,6 +23,12 @@ recipe writes none: the dense 70B recipes): 118 rows of 2025-11-02 (``*_trt_slur
 9596d23d7) record the sweep's ``ep 1`` and no attention DP, but their recipes ran
 ``--ep_size=$TP`` (and, at some points, attention DP); ``moe_backend`` is recorded, not used
 (AIConfigurator times one kernel per MoE format and GPU).
+``attention_dp_enable_balance``, ``attention_dp_timeout_iters`` and
+``attention_dp_batching_wait_iters`` (session 22) are the recipe's ``attention_dp_config`` where it
+writes one with attention DP on, resolved the same way: 75 rows (the ``*_trt_slurm.sh`` recipes
+of 2025-11-02 and their successors: ``enable_balance: true``, ``timeout_iters: 60``,
+``batching_wait_iters: 0``) and 12 gpt-oss rows (``enable_balance: true`` alone: TensorRT-LLM's
+defaults, 50 and 10).
 ``moe_activation`` is ``mxfp8`` where the recipe exports
 ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1`` (read from the recipe's text at its commit). A row ran
 a speculative-decoding recipe (``..._mtp.sh``: 174 rows, DeepSeek-R1 TRT-LLM and SGLang, Qwen3.5
@@ -199,6 +205,38 @@ def _family_kv() -> dict[tuple[str, ...], str]:
     }
 
 
+_BALANCE_FIELDS = (
+    "attention_dp_enable_balance",
+    "attention_dp_timeout_iters",
+    "attention_dp_batching_wait_iters",
+)
+
+
+def family_attention_dp_config(r: dict[str, str]) -> dict[str, Any]:
+    """The ``attention_dp_config`` of a TensorRT-LLM attention-DP row whose recipe is unknown.
+
+    As :func:`family_kv_cache_dtype`: where every recipe of the row's family that turns
+    attention DP on writes the same ``attention_dp_config``, the row's did too (every
+    DeepSeek-R1 TensorRT-LLM recipe with attention DP in the table writes ``enable_balance:
+    true, timeout_iters: 60, batching_wait_iters: 0``). Empty where they differ or none is known.
+    """
+    return _family_balance().get(tuple((r.get(k) or "").strip() for k in _FAMILY_FIELDS), {})
+
+
+@functools.lru_cache(maxsize=1)
+def _family_balance() -> dict[tuple[str, ...], dict[str, Any]]:
+    seen: dict[tuple[str, ...], set[tuple[tuple[str, Any], ...]]] = {}
+    for recipe in _table().values():
+        if recipe.parallel is not None and recipe.parallel["attention_dp"] > 1:
+            flags = tuple((k, recipe.engine[k]) for k in _BALANCE_FIELDS if k in recipe.engine)
+            seen.setdefault(recipe.row[:4], set()).add(flags)
+    return {
+        family: dict(next(iter(configs)))
+        for family, configs in seen.items()
+        if len(configs) == 1 and next(iter(configs))
+    }
+
+
 @functools.lru_cache(maxsize=1)
 def _table() -> dict[str, RowRecipe]:
     with RECIPES_CSV.open(newline="", encoding="utf-8") as f:
@@ -253,6 +291,10 @@ def _recipe(r: dict[str, str]) -> RowRecipe:
         put("batch_wait_timeout_iters", "batch_wait_timeout_iters", int)
         put("batch_wait_max_tokens_ratio", "batch_wait_max_tokens_ratio", float)
         parallel = _trtllm_parallel(r)
+        if r["attention_dp_enable_balance"] == "true":  # written with attention DP only
+            engine["attention_dp_enable_balance"] = True
+            put("attention_dp_timeout_iters", "attention_dp_timeout_iters", int)
+            put("attention_dp_batching_wait_iters", "attention_dp_batching_wait_iters", int)
     elif backend == "sglang":
         put("scheduler_recv_interval", "scheduler_recv_interval", int)
         put("max_prefill_tokens", "max_prefill_tokens", int)

@@ -245,6 +245,13 @@ def trtllm_options(cfg: DeploymentConfig) -> dict[str, Any]:
     }
     if cfg.attention_dp > 1:  # tp_size counts every GPU; attention runs in DP ranks
         out["enable_attention_dp"] = True
+        if e.attention_dp_enable_balance:  # LLM API AttentionDpConfig (its defaults: 50, 10)
+            balance: dict[str, Any] = {"enable_balance": True}
+            if e.attention_dp_timeout_iters is not None:
+                balance["timeout_iters"] = e.attention_dp_timeout_iters
+            if e.attention_dp_batching_wait_iters is not None:
+                balance["batching_wait_iters"] = e.attention_dp_batching_wait_iters
+            out["attention_dp_config"] = balance
     if cfg.ep > 1 or cfg.moe_tp is not None:
         out["moe_expert_parallel_size"] = cfg.ep
         out["moe_tensor_parallel_size"] = cfg.moe_tp_size

@@ -14,6 +14,9 @@ intervals and cold starts, per-pool limits, a GPU ceiling): the same per-request
 same scaling decisions (each pool's provisioned-GPU timeline) and the same KV bytes moved. One
 disaggregated case runs the AIC step times on small KV pools.
 
+Attention-DP cases make the workers ranks of replicas that step together (each step the
+slowest rank's), on every backend, with TRT-LLM's context balancing across the ranks.
+
 Fleet cases put hundreds of workers behind the indexed routers (kv_aware, least_loaded,
 kv_load: their load and block indexes, and the lazy syncs they rest on) with KV pools small
 enough to evict under shared prefixes, often with a planner adding and draining workers.
@@ -233,6 +236,47 @@ def _fleet_case(n: int) -> tuple[DeploymentConfig, list[Request], dict[str, int]
         reqs = [replace(q, arrival_s=round(q.arrival_s, 2)) for q in reqs]
     kv = r.choice([150, 300]) * 16 // int(engine["block_size"])  # type: ignore[call-overload]
     return cfg, reqs, {"agg": kv}
+
+
+def _adp_case(n: int) -> tuple[DeploymentConfig, list[Request], int]:
+    """Attention-DP replicas (ranks stepping together), any backend, TRT-LLM balancing."""
+    r = random.Random(30_000 + n)
+    backend = r.choice(["vllm", "sglang", "trtllm"])
+    engine = _engine(r)
+    if backend == "sglang" and r.random() < 0.5:
+        engine["scheduler_recv_interval"] = r.choice([2, 5, 30])
+    if backend == "trtllm" and r.random() < 0.7:
+        engine |= {"attention_dp_enable_balance": True,
+                   "attention_dp_timeout_iters": r.choice([0, 1, 3, 60, None]),
+                   "attention_dp_batching_wait_iters": r.choice([0, 1, 10, None])}  # fmt: skip
+    routers = ["round_robin", "random", "least_loaded", "kv_aware", "kv_load"]
+    cfg = DeploymentConfig.from_dict(
+        {"model": "x", "gpu": "h200_sxm", "backend": backend, "router": r.choice(routers),
+         "workers": r.choice([1, 2]), "attention_dp": r.choice([2, 3, 4]), "engine": engine}
+    )  # fmt: skip
+    chunked = cfg.engine.enable_chunked_prefill
+    reqs = make_requests(
+        r.choice([30, 80, 160]),
+        rate_rps=r.choice([20, 200, 2000]),
+        seed=n,
+        input_range=(
+            1,
+            r.choice([50, 600, 3000]) if chunked else max(2, cfg.engine.max_num_batched_tokens),
+        ),
+        output_range=(1, r.choice([2, 20, 300])),
+        closed_loop=r.choice([None, None, 4]),
+        groups=r.choice([1, 3, 50]),
+    )
+    if r.random() < 0.4:
+        reqs = [replace(q, arrival_s=round(q.arrival_s, 1)) for q in reqs]
+    kv = r.choice([20, 60, 300, 5000])
+    return cfg, reqs, max(1, kv * 16 // cfg.engine.block_size)
+
+
+@pytest.mark.parametrize("start", range(0, 120, 40))
+def test_fast_forward_equals_stepping_for_attention_dp_replicas(start: int) -> None:
+    for n in range(start, start + 40):
+        _check(*_adp_case(n))
 
 
 @pytest.mark.parametrize("n", range(8))

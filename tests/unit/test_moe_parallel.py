@@ -310,3 +310,17 @@ def test_int4_and_mxfp4_experts_take_half_a_byte() -> None:
     assert pool.kv_bytes_per_token == 61 * 576 * 2  # int4_wo keeps a bf16 KV cache
     oss = kv_pool(cfg(model="openai/gpt-oss-120b", tp=1, dtype="mxfp4"))
     assert 60e9 < oss.weights_bytes_per_gpu < 70e9  # the 120b checkpoint is ~65 GB
+
+
+def test_attention_dp_tables_separate_the_experts_every_rank_shares() -> None:
+    """``moe_us``: the MoE ops of a rank's step (what the ranks' mean tokens reprice), in it."""
+    from dynosim.perf.aic.step_time import AicStepTime
+
+    adp = AicStepTime.from_config(cfg(tp=1, attention_dp=4, ep=4, dtype="fp8_block",
+                                      backend="vllm"))  # fmt: skip
+    moe = [adp.moe_us(t, 0) for t in (512, 2048, 8192)]
+    assert 0 < moe[0] < moe[1] < moe[2]
+    assert moe[2] < adp.step_us([(8192, 0)], 0, 0)  # a share of the step, not all of it
+    assert 0 < adp.moe_us(0, 64) < adp.step_us((), 64, 64 * 1024)  # decode-only: its own ops
+    one = AicStepTime.from_config(cfg(tp=4, ep=4, dtype="fp8_block", backend="vllm"))
+    assert one.moe_us(2048, 0) == 0.0  # without attention DP nothing is repriced

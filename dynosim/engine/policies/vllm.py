@@ -17,7 +17,9 @@ generation request) reach ``r x max_num_tokens``; otherwise they wait (the itera
 only) and the counter grows by one. Running them resets it. An iteration without generation
 requests never waits. Here the held requests are admitted (their KV taken) and compute nothing
 until released; a fast-forwarded decode segment ends at the boundary where the counter releases
-them, and the counter counts the segment's steps, so both modes hold the same iterations.
+them, and the counter counts the segment's steps, so both modes hold the same iterations. With
+attention DP TRT-LLM does not batch-wait (``_schedule``: ``not self.enable_attention_dp``); its
+ranks balance contexts instead (:class:`~dynosim.engine.lockstep.AdpBalance`).
 """
 
 from __future__ import annotations
@@ -110,7 +112,7 @@ class VllmWorker(EngineWorker):
             shapes.append((chunk, rr.computed))
         if self.waiting and not preempted:
             self._admit(left, step_prefill, shapes, now)
-        if self.waits and step_prefill and self._hold(step_prefill):
+        if self.waits and step_prefill and self.group is None and self._hold(step_prefill):
             self._held = True
             kept = [i for i, (rr, _) in enumerate(step_prefill) if rr.remote]
             step_prefill, shapes = [step_prefill[i] for i in kept], [shapes[i] for i in kept]

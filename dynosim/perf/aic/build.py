@@ -11,7 +11,10 @@ evaluates it once per grid point (4 points per octave), a few seconds per key:
 * ``decode_us[n, s]``: generation attention of ``n`` requests attending ``s`` KV tokens each
   (AIConfigurator's ``(batch=n, s)``);
 * ``dec_nonattn_us[R]``: every generation op except attention and the LM head for a decode-only
-  step of ``R`` requests, when the generation op list differs from the context one (else empty).
+  step of ``R`` requests, when the generation op list differs from the context one (else empty);
+* ``moe_us[T]`` and ``dec_moe_us[R]``: the MoE ops among those (dispatch, experts, combine),
+  with attention DP only (else empty): the part of a rank's step that depends on every rank's
+  tokens (AIConfigurator prices it for ``T x attention_dp`` tokens, every rank as this one).
 
 Tables are made monotone (running minimum from the far end of each axis: the lower monotone
 envelope, :func:`_monotone`) so that interpolated step times are monotone in every input.
@@ -350,6 +353,12 @@ def _evaluate_grids(key: AicKey, h: Any) -> dict[str, F64]:
             if same_ops
             else [ms(gen_ops_at(gen_ops, int(r))) + extra(gen_extra, int(r)) for r in req]
         )
+        moe_ctx = [i for i, n in zip(ctx_ops, ctx_names, strict=True) if "moe" in n]
+        moe_gen = [i for i, n in zip(gen_ops, gen_names, strict=True) if "moe" in n]
+        moe, dec_moe = [], []
+        if key.attention_dp > 1 and moe_ctx:
+            moe = [ms(ctx_ops_at(moe_ctx, int(t))) for t in tok]
+            dec_moe = [] if same_ops else [ms(gen_ops_at(moe_gen, int(r))) for r in req]
         chunk = _log_grid(_MAX_TOKENS)
         ctx = _log_grid(_MAX_TOKENS, zero=True)
         prefill = [
@@ -386,6 +395,8 @@ def _evaluate_grids(key: AicKey, h: Any) -> dict[str, F64]:
         "dec_s_grid": dec_s,
         "decode_us": _monotone(np.asarray(decode) * to_us),
         "dec_nonattn_us": _monotone(np.asarray(dec_nonattn, dtype=np.float64) * to_us),
+        "moe_us": _monotone(np.asarray(moe, dtype=np.float64) * to_us),
+        "dec_moe_us": _monotone(np.asarray(dec_moe, dtype=np.float64) * to_us),
     }
 
 

@@ -22,6 +22,8 @@ from dynosim.perf.aic.key import AicKey, cache_dir
 from dynosim.perf.aic.ops import LACKS_DATA
 
 _ESTIMATE_FORMAT = 2  # how estimated tables were made: 1 HYBRID; 2 MoE from expert parallelism
+_ADP_TABLE_NAMES = ("moe_us", "dec_moe_us")
+"""Tables a key with attention DP has too (files from before them are rebuilt)."""
 _TABLE_NAMES = (
     "tok_grid",
     "nonattn_us",
@@ -83,7 +85,8 @@ def load_tables(key: AicKey) -> tuple[dict[str, F64], str]:
     note = ""
     try:
         with np.load(path, allow_pickle=False) as data:
-            tables = {name: np.asarray(data[name], dtype=np.float64) for name in _TABLE_NAMES}
+            names = _TABLE_NAMES + (_ADP_TABLE_NAMES if key.attention_dp > 1 else ())
+            tables = {name: np.asarray(data[name], dtype=np.float64) for name in names}
             note = str(data["estimated"]) if "estimated" in data.files else ""
             if note and int(data["estimate_format"]) != _ESTIMATE_FORMAT:
                 tables = None  # estimated by an older rule: rebuild

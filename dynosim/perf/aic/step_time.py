@@ -74,6 +74,8 @@ class AicStepTime:
         self._ddec_l: list[list[float]] = np.diff(dec, axis=1).tolist()
         self._monotone: dict[int, bool] = {}
         self._dec_nonattn: list[float] = t["dec_nonattn_us"].tolist()
+        self._moe: list[float] = t["moe_us"].tolist() if "moe_us" in t else []
+        self._dec_moe: list[float] = t["dec_moe_us"].tolist() if "dec_moe_us" in t else []
         self._per_n: dict[int, tuple[int, float, float]] = {}
         self._per_r: dict[int, tuple[float, float]] = {}
 
@@ -250,6 +252,20 @@ class AicStepTime:
             attn += self._decode_attn_scalar_us(i, wn, n_decode, float(decode_kv_tokens))
         total = self._const_us(tokens if tokens > 1 else 1, len(prefill) + n_decode) + attn
         return max(1, math.floor(total + 0.5))
+
+    def moe_us(self, prefill_tokens: float, n_decode: float) -> float:
+        """The MoE ops' share of a step of a rank with attention DP (0 without the tables).
+
+        AIConfigurator prices them for every rank carrying as many tokens as this one
+        (``x x attention_dp``); the ranks of a replica that step together call it with their
+        mean tokens to price the experts of all their tokens
+        (:class:`~dynosim.engine.lockstep.LockstepGroup`). Tokens below one count as one (a
+        rank with nothing runs a dummy request). A decode-only step reads the generation ops.
+        """
+        x = max(1.0, prefill_tokens + n_decode)
+        if prefill_tokens <= 0 and self._dec_moe:
+            return _lerp(self._req, self._dec_moe, x)
+        return _lerp(self._tok, self._moe, x) if self._moe else 0.0
 
     def step_parts(
         self, prefill: Sequence[tuple[int, int]], n_decode: int, decode_kv_tokens: int

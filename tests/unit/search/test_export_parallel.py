@@ -44,6 +44,17 @@ def test_trtllm_yaml_has_attention_dp_and_the_moe_split() -> None:
     assert (options["moe_expert_parallel_size"], options["moe_tensor_parallel_size"]) == (4, 2)
 
 
+def test_trtllm_yaml_has_the_attention_dp_balancing_it_simulated() -> None:
+    engine = {"attention_dp_enable_balance": True, "attention_dp_timeout_iters": 60,
+              "attention_dp_batching_wait_iters": 0}  # fmt: skip
+    _, text, _ = _argv("trtllm", engine=engine)
+    options = yaml.safe_load(text or "")
+    want = {"enable_balance": True, "timeout_iters": 60, "batching_wait_iters": 0}
+    assert options["attention_dp_config"] == want
+    _, text, _ = _argv("trtllm")
+    assert "attention_dp_config" not in yaml.safe_load(text or "")  # off: TRT-LLM's default
+
+
 def test_dense_single_rank_deployments_get_no_parallel_flags() -> None:
     data = {"model": "meta-llama/Meta-Llama-3.1-8B", "gpu": "h200_sxm", "tp": 2}
     part, _ = engine_part(DeploymentConfig.from_dict(data), "/tmp/x.yaml")

@@ -119,6 +119,31 @@ def test_trtllm_rows_run_the_parallelism_their_recipe_passes() -> None:
         assert (m.attention_dp > 1) == (r["enable_attention_dp"] == "true")
 
 
+def test_trtllm_attention_dp_rows_balance_their_contexts_as_their_recipe_asks() -> None:
+    """With attention DP, ``dsr1_fp8_b200_trt_slurm.sh@9596d23d7`` writes ``attention_dp_config:
+    {batching_wait_iters: 0, enable_balance: true, timeout_iters: 60}``; ``gptoss_fp4_b200_trt.sh``
+    writes ``enable_balance: true`` alone (TensorRT-LLM's defaults, 50 and 10). Every recipe of
+    the table with attention DP balances; a recipe-less DeepSeek-R1 row with attention DP takes
+    its family's (all DeepSeek-R1 TensorRT-LLM recipes with attention DP pass 60 and 0)."""
+    rows = _rows()
+    engine = row_config(rows["dsr1_b200_trtllm_fp4_agg_8192x1024_c64_cfg82"], "roofline").engine
+    got = (engine.attention_dp_enable_balance, engine.attention_dp_timeout_iters,
+           engine.attention_dp_batching_wait_iters)  # fmt: skip
+    assert got == (True, 60, 0)
+    gptoss = rows["2026_04_06_gpt_oss_120b_b200_sxm_trtllm_fp4_agg_1024x1024_c64_tp4_ep4_1904"]
+    assert gptoss.engine["attention_dp_enable_balance"] is True
+    assert "attention_dp_timeout_iters" not in gptoss.engine
+    lone = rows["2026_04_06_deepseek_r1_b200_sxm_trtllm_fp4_agg_8192x1024_c64_tp4_ep4_961"]
+    assert lone.recipe == ""
+    assert lone.engine["attention_dp_timeout_iters"] == 60
+    with RECIPES_CSV.open(newline="", encoding="utf-8") as f:
+        table = list(csv.DictReader(f))
+    dp = [r for r in table if r["enable_attention_dp"] == "true"]
+    assert len(dp) == 87
+    assert all(r["attention_dp_enable_balance"] == "true" for r in dp)
+    assert not any(r["attention_dp_enable_balance"] for r in table if r not in dp)
+
+
 def test_a_speculative_recipe_row_speculates() -> None:
     """DeepSeek-R1 FP8 B200 TRT-LLM, 2026-02-05, image ``1.2.0rc6.post3``: only the MTP sweep
     (``dsr1-fp8-b200-trt-mtp``, commit 5d517074c) ran that image; its recipe
