@@ -164,7 +164,7 @@ class LockstepGroup:
                 formed = [_without_contexts(*f) for f in formed]
         ff = self._members[0].fast_forward
         steps = [
-            r.timing.step_us(shapes, n, kv) if shapes or single or not ff else -1
+            r._price(shapes, n, kv) if shapes or single or not ff else -1
             for r, n, kv, shapes, single in formed
         ]
         shift = self._moe_shift(formed)
@@ -215,7 +215,11 @@ class LockstepGroup:
         moe = getattr(self.ranks[0].timing, "moe_us", None)
         if moe is None:
             return [0] * len(formed)
-        own = [(float(sum(c for c, _ in shapes)), float(n)) for _, n, _, shapes, _ in formed]
+        own = []
+        for r, n, _, _, _ in formed:  # a request whose KV came by transfer decodes here
+            remote = sum(1 for rr, _ in r._step_prefill if rr.remote)
+            chunks = sum(c for rr, c in r._step_prefill if not rr.remote)
+            own.append((float(chunks), float(n + remote)))
         size = len(self.ranks)
         mean = moe(sum(p for p, _ in own) / size, sum(n for _, n in own) / size)
         return [math.floor(mean - moe(p, n) + 0.5) for p, n in own]

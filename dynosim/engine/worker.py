@@ -73,6 +73,19 @@ class EngineWorker(DecodeSegments):
             segment cut short counts only the steps it ran); the same in both modes.
     """
 
+    remote_decodes = False
+    """Whether a request whose prompt's KV came from a prefill worker enters decoding at once.
+
+    vLLM's NIXL connector has the decode worker compute the prompt's last token (an engine
+    step needs one token to sample from); SGLang's decode server puts a transferred request in
+    a "prebuilt" batch, a "fake completed prefill" (``get_new_prebuilt_batch``,
+    ``sglang/srt/disaggregation/decode.py``), and TensorRT-LLM's generation server makes it a
+    generation request with the context server's first token
+    (``_prepare_disagg_gen_transmission_complete``). Here such a request still takes one step
+    to join the decoding batch (its first token comes at that step's end), priced as the decode
+    it is (:meth:`_price`).
+    """
+
     def __init__(
         self,
         index: int,
@@ -303,9 +316,28 @@ class EngineWorker(DecodeSegments):
             return
         if step_prefill or not self.fast_forward or single:
             self._seg_steps = 1
-            self._schedule(now + self.timing.step_us(shapes, n, kv_tokens))
+            self._schedule(now + self._price(shapes, n, kv_tokens))
             return
         self._start_segment(now, n, kv_tokens)
+
+    def _price(self, shapes: list[tuple[int, int]], n: int, kv_tokens: int) -> int:
+        """Duration of the step formed (:attr:`_step_prefill`, ``shapes``, ``n`` decodes).
+
+        Where the backend takes a request whose KV was transferred straight into decoding
+        (:attr:`remote_decodes`), its one computed token is priced as a decode of its whole
+        prompt, not as a prefill chunk.
+        """
+        if self.remote_decodes:
+            m = kv = 0
+            for rr, _ in self._step_prefill:
+                if rr.remote:
+                    m += 1
+                    kv += rr.target
+            if m:
+                own = [sh for (rr, _), sh in zip(self._step_prefill, shapes, strict=True)
+                       if not rr.remote]  # fmt: skip
+                return self.timing.step_us(own, n + m, kv_tokens + kv)
+        return self.timing.step_us(shapes, n, kv_tokens)
 
     def on_idle(self) -> None:
         """Called when the worker runs out of work (a policy may reset its state)."""

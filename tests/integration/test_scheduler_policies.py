@@ -363,3 +363,29 @@ def test_pool_engines_are_validated_too() -> None:
              "prefill": {"engine": {"enable_mixed_chunk": True}}, "decode": {}}
         )  # fmt: skip
     assert err.value.field == "prefill.engine.enable_mixed_chunk"
+
+
+@pytest.mark.parametrize("backend", ["vllm", "sglang", "trtllm"])
+def test_a_transferred_request_decodes_where_the_backend_takes_it_straight_to_decoding(
+    backend: str,
+) -> None:
+    # vLLM's decode worker computes the prompt's last token (a one-token prefill chunk);
+    # SGLang's and TensorRT-LLM's decode servers take the request into decoding at once: their
+    # decode pool never prices a prefill chunk (the request's first step is a decode of its
+    # whole prompt).
+    cfg = DeploymentConfig.from_dict(
+        {"model": "x", "gpu": "h200_sxm", "backend": backend, "mode": "disagg",
+         "prefill": {"workers": 1}, "decode": {"workers": 1},
+         "engine": {"max_num_seqs": 8, "max_num_batched_tokens": 4096}}
+    )  # fmt: skip
+    decode = RecordingStepTime()
+    perf = {
+        "prefill": DeploymentPerf(LinearStepTime(), 10_000, gpu_hour_usd=1.0),
+        "decode": DeploymentPerf(decode, 10_000, gpu_hour_usd=1.0),  # type: ignore[arg-type]
+    }
+    reqs = make_requests(20, rate_rps=50, seed=1, input_range=(100, 2000), output_range=(2, 50))
+    sim = Simulation(cfg, reqs, perf=perf)
+    assert sim.run().metrics.completed_requests == 20
+    assert_workers_empty(sim)
+    chunks = sum(p for p, _ in decode.shapes)
+    assert (chunks > 0) == (backend == "vllm")

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from dynosim.config import Backend, CapacityPolicy
 from dynosim.engine.policies.sglang import SglangWorker
-from dynosim.engine.policies.vllm import TrtllmWorker, VllmWorker
+from dynosim.engine.policies.vllm import TrtllmPackingWorker, TrtllmWorker, VllmWorker
 from dynosim.engine.worker import EngineWorker
 
-__all__ = ["WORKER_CLASSES", "SglangWorker", "TrtllmWorker", "VllmWorker", "worker_class"]
+__all__ = [
+    "WORKER_CLASSES", "SglangWorker", "TrtllmPackingWorker", "TrtllmWorker", "VllmWorker",
+    "worker_class",
+]  # fmt: skip
 
 WORKER_CLASSES: dict[Backend, type[EngineWorker]] = {
     "vllm": VllmWorker,
@@ -27,5 +30,5 @@ def worker_class(
 ) -> type[EngineWorker]:
     """The worker class that schedules as ``backend`` does with ``capacity_policy``."""
     if backend == "trtllm" and capacity_policy == "MAX_UTILIZATION":
-        return VllmWorker  # packs and pauses the newest on a shortage: vLLM's policy
+        return TrtllmPackingWorker  # packs and pauses the newest on a shortage: vLLM's policy
     return WORKER_CLASSES[backend]

@@ -70,6 +70,8 @@ RECV_WEIGHT_NOT_DECODE = 1000
 class SglangWorker(EngineWorker):
     """An engine scheduled as SGLang schedules it (see the module docstring)."""
 
+    remote_decodes = True
+
     def _setup(self, engine: EngineConfig) -> None:
         """SGLang's own knobs and the state of ``new_token_ratio``."""
         self.mixed = bool(engine.enable_mixed_chunk)

@@ -166,3 +166,10 @@ class TrtllmWorker(VllmWorker):
     """
 
     reserve_output = True
+    remote_decodes = True
+
+
+class TrtllmPackingWorker(VllmWorker):
+    """TRT-LLM with ``MAX_UTILIZATION``: vLLM's packing and pausing, TRT-LLM's disaggregation."""
+
+    remote_decodes = True
