@@ -28,6 +28,10 @@ Five figures, all on 8 workers of the same deployment (``BASE``) or its disaggre
   (``time.process_time`` of ``Simulation.run``: workload generation and set-up not counted);
   ``workers-disagg`` the same traffic on half prefill and half decode workers, for pairs of
   prefill/decode routers (``--disagg-routers``);
+* attention DP (``adp``): ``BASE``'s 8 workers as 2 replicas of 4 attention-DP ranks whose
+  steps end together (:mod:`dynosim.engine.lockstep`), least-loaded routing, scheduled as vLLM,
+  SGLang, TRT-LLM and TRT-LLM with its attention-DP balancing, fast-forward and the
+  step-by-step reference on the first N requests;
 * whole process: ``dynosim simulate examples/llama8b_h200_vllm.yaml --trace <Mooncake>`` as a
   subprocess (pinned to one core with ``taskset -c 0`` when available), simulated seconds per
   process wall second, so start-up (imports, step-time tables, trace parsing) counts, and per
@@ -38,7 +42,7 @@ Five figures, all on 8 workers of the same deployment (``BASE``) or its disaggre
   in an ordinary installation.
 
 Run: ``.venv/bin/python benchmarks/sim_speed.py [--repeat 5]
-[--only mooncake,rate,disagg,planner,schedulers,process,process-disagg,workers]``
+[--only mooncake,rate,disagg,planner,schedulers,adp,process,process-disagg,workers]``
 (``workers`` and ``workers-disagg`` are not in the default set; ``--workers 8,64`` picks
 the sizes).
 Step-time tables are built (or loaded from the disk cache) before timing starts.
@@ -130,7 +134,7 @@ def main() -> None:
     ap.add_argument("--reference-requests", type=int, default=2000)
     ap.add_argument(
         "--only",
-        default="mooncake,rate,disagg,planner,schedulers,process,process-disagg",
+        default="mooncake,rate,disagg,planner,schedulers,adp,process,process-disagg",
         help="comma-separated cases",
     )
     ap.add_argument(
@@ -160,6 +164,8 @@ def main() -> None:
         planner(args.trace, perf, args.repeat, args.reference_requests)
     if "schedulers" in cases:
         schedulers(args.trace, perf, args.repeat, args.reference_requests)
+    if "adp" in cases:
+        attention_dp(args.trace, perf, args.repeat, args.reference_requests)
     if "process" in cases:
         whole_process(args.trace, args.repeat, EXAMPLE, bytecode_cache=args.bytecode_cache)
     if "process-disagg" in cases:
@@ -267,6 +273,40 @@ def schedulers(trace: Path, perf: DeploymentPerf, repeat: int, reference: int) -
     for name, (backend, extra) in SCHEDULERS.items():
         cfg = replace(
             BASE, router="kv_aware", backend=backend, engine=replace(BASE.engine, **extra)
+        )
+        best = _best(cfg, requests, perf, repeat)
+        _row(name, "fast-forward", len(requests), best)
+        ref = head(requests, reference)
+        fast = Simulation(cfg, ref, perf=perf).run()
+        slow = Simulation(cfg, ref, perf=perf, fast_forward=False).run()
+        _row(name, "step-by-step", len(ref), slow)
+        print(f"{'':<12} identical per-request records: {fast.records.equal(slow.records)}")
+
+
+ADP = {
+    "vllm": ("vllm", {}),
+    "sglang": ("sglang", {}),
+    "trtllm": ("trtllm", {}),
+    "trtllm-balance": (
+        "trtllm",
+        {
+            "attention_dp_enable_balance": True,
+            "attention_dp_timeout_iters": 60,
+            "attention_dp_batching_wait_iters": 0,
+        },
+    ),
+}
+
+
+def attention_dp(trace: Path, perf: DeploymentPerf, repeat: int, reference: int) -> None:
+    """``BASE``'s 8 workers as 2 replicas of 4 attention-DP ranks that step together."""
+    requests = load_trace(trace)
+    print(f"\nattention DP, 2 replicas x 4 ranks, least-loaded routing: {trace.name}")
+    print(HEADER.replace("router      ", "backend     "))
+    for name, (backend, extra) in ADP.items():
+        data = BASE.to_dict() | {"workers": 2, "attention_dp": 4, "router": "least_loaded"}
+        cfg = DeploymentConfig.from_dict(
+            data | {"backend": backend, "engine": {**data["engine"], **extra}}
         )
         best = _best(cfg, requests, perf, repeat)
         _row(name, "fast-forward", len(requests), best)
