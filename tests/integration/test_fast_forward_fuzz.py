@@ -15,7 +15,8 @@ same scaling decisions (each pool's provisioned-GPU timeline) and the same KV by
 disaggregated case runs the AIC step times on small KV pools.
 
 Attention-DP cases make the workers ranks of replicas that step together (each step the
-slowest rank's), on every backend, with TRT-LLM's context balancing across the ranks.
+slowest rank's), on every backend, with TRT-LLM's context balancing across the ranks, and in
+disaggregated pools (transfers into attention-DP decode replicas, speculation).
 
 Fleet cases put hundreds of workers behind the indexed routers (kv_aware, least_loaded,
 kv_load: their load and block indexes, and the lazy syncs they rest on) with KV pools small
@@ -277,6 +278,56 @@ def _adp_case(n: int) -> tuple[DeploymentConfig, list[Request], int]:
 def test_fast_forward_equals_stepping_for_attention_dp_replicas(start: int) -> None:
     for n in range(start, start + 40):
         _check(*_adp_case(n))
+
+
+def _adp_pools_case(n: int) -> tuple[DeploymentConfig, list[Request], dict[str, int]]:
+    """Disaggregated pools of attention-DP replicas, any backend, sometimes speculating."""
+    r = random.Random(40_000 + n)
+    backend = r.choice(["vllm", "sglang", "trtllm"])
+    routers = ["round_robin", "random", "least_loaded", "kv_aware", "kv_load"]
+    decode = _engine(r)
+    if backend == "trtllm" and r.random() < 0.6:
+        decode |= {"attention_dp_enable_balance": True,
+                   "attention_dp_timeout_iters": r.choice([0, 2, 60])}  # fmt: skip
+    data: dict[str, object] = {
+        "model": "x", "gpu": "h200_sxm", "backend": backend, "router": r.choice(routers),
+        "mode": "disagg", "decode_router": r.choice(routers),
+        "prefill": {"workers": r.choice([1, 2]), "attention_dp": r.choice([1, 2]),
+                    "engine": _engine(r)},
+        "decode": {"workers": r.choice([1, 2]), "attention_dp": r.choice([2, 3]),
+                   "engine": decode},
+        "kv_transfer": {"gbps": r.choice([0.5, 10.0, 400.0]),
+                        "latency_us": r.choice([0, 20, 5000])},
+        "max_local_prefill_tokens": r.choice([0, 0, 64, 600]),
+    }  # fmt: skip
+    if r.random() < 0.3:
+        data["speculative"] = {"method": "mtp", "num_speculative_tokens": r.choice([1, 2, 3])}
+    cfg = DeploymentConfig.from_dict(data)
+    chunked = all(p.engine.enable_chunked_prefill for _, p in cfg.pools())
+    budget = min(p.engine.max_num_batched_tokens for _, p in cfg.pools())
+    reqs = make_requests(
+        r.choice([30, 80, 160]),
+        rate_rps=r.choice([20, 200, 2000]),
+        seed=n,
+        input_range=(1, r.choice([50, 600, 3000]) if chunked else max(2, budget)),
+        output_range=(1, r.choice([2, 20, 300])),
+        closed_loop=r.choice([None, None, 4]),
+        groups=r.choice([1, 3, 50]),
+    )
+    if r.random() < 0.4:
+        reqs = [replace(q, arrival_s=round(q.arrival_s, 1)) for q in reqs]
+    blocks = {
+        name: max(1, r.choice([20, 60, 300, 5000]) * 16 // pool.engine.block_size)
+        for name, pool in cfg.pools()
+    }
+    return cfg, reqs, blocks
+
+
+def test_fast_forward_equals_stepping_for_disaggregated_attention_dp_pools() -> None:
+    done = 0
+    for n in range(80):
+        done += _check(*_adp_pools_case(n)).metrics.completed_requests
+    assert done > 2000  # the cases do serve requests
 
 
 @pytest.mark.parametrize("n", range(8))
