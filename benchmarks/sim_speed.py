@@ -274,13 +274,7 @@ def schedulers(trace: Path, perf: DeploymentPerf, repeat: int, reference: int) -
         cfg = replace(
             BASE, router="kv_aware", backend=backend, engine=replace(BASE.engine, **extra)
         )
-        best = _best(cfg, requests, perf, repeat)
-        _row(name, "fast-forward", len(requests), best)
-        ref = head(requests, reference)
-        fast = Simulation(cfg, ref, perf=perf).run()
-        slow = Simulation(cfg, ref, perf=perf, fast_forward=False).run()
-        _row(name, "step-by-step", len(ref), slow)
-        print(f"{'':<12} identical per-request records: {fast.records.equal(slow.records)}")
+        _policy_rows(name, cfg, requests, perf, repeat, reference)
 
 
 ADP = {
@@ -308,13 +302,24 @@ def attention_dp(trace: Path, perf: DeploymentPerf, repeat: int, reference: int)
         cfg = DeploymentConfig.from_dict(
             data | {"backend": backend, "engine": {**data["engine"], **extra}}
         )
-        best = _best(cfg, requests, perf, repeat)
-        _row(name, "fast-forward", len(requests), best)
-        ref = head(requests, reference)
-        fast = Simulation(cfg, ref, perf=perf).run()
-        slow = Simulation(cfg, ref, perf=perf, fast_forward=False).run()
-        _row(name, "step-by-step", len(ref), slow)
-        print(f"{'':<12} identical per-request records: {fast.records.equal(slow.records)}")
+        _policy_rows(name, cfg, requests, perf, repeat, reference)
+
+
+def _policy_rows(
+    name: str,
+    cfg: DeploymentConfig,
+    requests: Sequence[Request],
+    perf: DeploymentPerf,
+    repeat: int,
+    reference: int,
+) -> None:
+    """The fast-forward row (best of ``repeat``) and the step-by-step reference's."""
+    _row(name, "fast-forward", len(requests), _best(cfg, requests, perf, repeat))
+    ref = head(requests, reference)
+    fast = Simulation(cfg, ref, perf=perf).run()
+    slow = Simulation(cfg, ref, perf=perf, fast_forward=False).run()
+    _row(name, "step-by-step", len(ref), slow)
+    print(f"{'':<12} identical per-request records: {fast.records.equal(slow.records)}")
 
 
 _SWEEP_CPU_S = 2.0

@@ -186,6 +186,13 @@ def _cluster_case(n: int) -> tuple[DeploymentConfig, list[Request], dict[str, in
                 assert isinstance(section, dict)
                 section["workers"] = 1
     cfg = DeploymentConfig.from_dict(data)
+    return cfg, *_pools_workload(r, n, cfg)
+
+
+def _pools_workload(
+    r: random.Random, n: int, cfg: DeploymentConfig
+) -> tuple[list[Request], dict[str, int]]:
+    """Bursty requests that fit every pool's budget, and each pool's KV blocks (small or not)."""
     chunked = all(p.engine.enable_chunked_prefill for _, p in cfg.pools())
     budget = min(p.engine.max_num_batched_tokens for _, p in cfg.pools())
     reqs = make_requests(
@@ -203,7 +210,7 @@ def _cluster_case(n: int) -> tuple[DeploymentConfig, list[Request], dict[str, in
     for name, pool in cfg.pools():
         kv = r.choice([20, 60, 300, 5000])
         blocks[name] = max(1, kv * 16 // pool.engine.block_size)
-    return cfg, reqs, blocks
+    return reqs, blocks
 
 
 def _fleet_case(n: int) -> tuple[DeploymentConfig, list[Request], dict[str, int]]:
@@ -303,24 +310,7 @@ def _adp_pools_case(n: int) -> tuple[DeploymentConfig, list[Request], dict[str, 
     if r.random() < 0.3:
         data["speculative"] = {"method": "mtp", "num_speculative_tokens": r.choice([1, 2, 3])}
     cfg = DeploymentConfig.from_dict(data)
-    chunked = all(p.engine.enable_chunked_prefill for _, p in cfg.pools())
-    budget = min(p.engine.max_num_batched_tokens for _, p in cfg.pools())
-    reqs = make_requests(
-        r.choice([30, 80, 160]),
-        rate_rps=r.choice([20, 200, 2000]),
-        seed=n,
-        input_range=(1, r.choice([50, 600, 3000]) if chunked else max(2, budget)),
-        output_range=(1, r.choice([2, 20, 300])),
-        closed_loop=r.choice([None, None, 4]),
-        groups=r.choice([1, 3, 50]),
-    )
-    if r.random() < 0.4:
-        reqs = [replace(q, arrival_s=round(q.arrival_s, 1)) for q in reqs]
-    blocks = {
-        name: max(1, r.choice([20, 60, 300, 5000]) * 16 // pool.engine.block_size)
-        for name, pool in cfg.pools()
-    }
-    return cfg, reqs, blocks
+    return cfg, *_pools_workload(r, n, cfg)
 
 
 def test_fast_forward_equals_stepping_for_disaggregated_attention_dp_pools() -> None:
