@@ -64,8 +64,8 @@ class LockstepGroup:
     """
 
     __slots__ = (
-        "_counts", "_formed", "_joining", "_members", "_version", "balance", "env", "ranks",
-        "stepping",
+        "_counts", "_formed", "_joining", "_members", "_moe", "_version", "balance", "env",
+        "ranks", "stepping",
     )  # fmt: skip
 
     def __init__(
@@ -88,6 +88,10 @@ class LockstepGroup:
             else None
         )
         self._counts: tuple[list[int], list[int]] = ([], [])  # the balance's numbers now
+        # The ranks' MoE share (AicStepTime.moe_us through its wrappers), None where it is
+        # zero at any size (a dense model, a model without the tables): nothing to reprice.
+        moe = getattr(self.ranks[0].timing, "moe_us", None)
+        self._moe = moe if moe is not None and moe(1e6, 0.0) + moe(0.0, 1e6) > 0 else None
         self._members: list[EngineWorker] = []  # the ranks in the scheduled step
         self._joining: list[EngineWorker] = []  # idle ranks that received a request since
         for r in self.ranks:
@@ -212,7 +216,7 @@ class LockstepGroup:
         rank in its own phase (prefill or decode-only). Zero for a model without MoE tables
         (:meth:`dynosim.perf.aic.step_time.AicStepTime.moe_us`).
         """
-        moe = getattr(self.ranks[0].timing, "moe_us", None)
+        moe = self._moe
         if moe is None:
             return [0] * len(formed)
         own = []
