@@ -29,9 +29,10 @@ Five figures, all on 8 workers of the same deployment (``BASE``) or its disaggre
   ``workers-disagg`` the same traffic on half prefill and half decode workers, for pairs of
   prefill/decode routers (``--disagg-routers``);
 * attention DP (``adp``): ``BASE``'s 8 workers as 2 replicas of 4 attention-DP ranks whose
-  steps end together (:mod:`dynosim.engine.lockstep`), least-loaded routing, scheduled as vLLM,
-  SGLang, TRT-LLM and TRT-LLM with its attention-DP balancing, fast-forward and the
-  step-by-step reference on the first N requests;
+  steps end together (:mod:`dynosim.engine.lockstep`), least-loaded routing, scheduled as vLLM
+  (whose ranks of this dense model are independent engines), SGLang, TRT-LLM and TRT-LLM with
+  its attention-DP balancing, fast-forward and the step-by-step reference on the first N
+  requests;
 * whole process: ``dynosim simulate examples/llama8b_h200_vllm.yaml --trace <Mooncake>`` as a
   subprocess (pinned to one core with ``taskset -c 0`` when available), simulated seconds per
   process wall second, so start-up (imports, step-time tables, trace parsing) counts, and per

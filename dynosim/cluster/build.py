@@ -19,6 +19,8 @@ from dynosim.cluster.pool import WorkerPool
 from dynosim.config import DeploymentConfig, PoolName
 from dynosim.engine.batch import FinishCallback
 from dynosim.engine.policies import worker_class
+from dynosim.errors import ConfigError
+from dynosim.perf.catalog import model_spec
 from dynosim.perf.speculative import extra_blocks, verify_steps
 from dynosim.router import make_router
 from dynosim.types import Request
@@ -60,9 +62,27 @@ def build_pools(
             fast_forward=fast_forward,
             worker_cls=worker_class(config.backend, pool.engine.capacity_scheduler_policy),
         )
-        if pool.attention_dp > 1:
+        if pool.attention_dp > 1 and _ranks_step_together(config):
             pools[name].step_together(pool.attention_dp)
     return pools
+
+
+def _ranks_step_together(config: DeploymentConfig) -> bool:
+    """Whether the attention-DP ranks of a replica run their forward passes together.
+
+    SGLang's DP attention and TensorRT-LLM's attention DP gather the ranks' tokens for the
+    layers after attention in every forward; vLLM's data-parallel ranks do only for a MoE
+    model ("Forward passes must be aligned, and expert layers across all ranks are required to
+    synchronize during every forward pass", vLLM's data-parallel deployment guide): for a dense
+    one they are independent engines. A model outside the catalog (step times given directly)
+    is taken as MoE.
+    """
+    if config.backend != "vllm":
+        return True
+    try:
+        return model_spec(config.model).is_moe
+    except ConfigError:
+        return True
 
 
 def speculative_plan(

@@ -10,6 +10,9 @@ LLM's attention-DP dummy requests (``_pad_attention_dp_dummy_request``), vLLM's 
 engine core running a dummy batch while other ranks have work (``execute_dummy_batch``),
 SGLang's idle batches under DP attention (``prepare_mlp_sync_batch``).
 
+vLLM aligns its data-parallel ranks for MoE models only (its data-parallel deployment guide);
+the ranks of a dense model there are independent engines (:mod:`dynosim.cluster.build`).
+
 So the ranks of a replica share their step boundaries. At each boundary every rank whose step
 ended accounts for it and forms its next (its own policy, its own queue and KV), ranks that
 received their first request since join, and the replica's step lasts as long as the slowest

@@ -46,6 +46,19 @@ def test_a_replica_step_lasts_as_long_as_its_slowest_rank(ff: bool) -> None:
     assert _run(reqs, ff, TOKENS, workers=2) == ([1100, 1900], [3102, 3902])
 
 
+@pytest.mark.parametrize("backend", ["vllm", "sglang", "trtllm"])
+def test_vllm_data_parallel_ranks_of_a_dense_model_are_independent(backend: str) -> None:
+    # vLLM aligns its DP ranks' forward passes for MoE models only; SGLang's and TRT-LLM's
+    # attention DP gathers the ranks' tokens after attention, dense or not.
+    reqs = [Request(id=0, arrival_s=0.0, input_tokens=100, output_tokens=3),
+            Request(id=1, arrival_s=0.0, input_tokens=900, output_tokens=3)]  # fmt: skip
+    dense = {"model": "meta-llama/Meta-Llama-3.1-8B", "backend": backend, "attention_dp": 2}
+    first, _ = _run(reqs, True, TOKENS, **dense)
+    assert first == ([1100, 1900] if backend == "vllm" else [1900, 1900])
+    moe = dense | {"model": "Qwen/Qwen3-30B-A3B", "ep": 2}
+    assert _run(reqs, True, TOKENS, **moe)[0] == [1900, 1900]
+
+
 @pytest.mark.parametrize("ff", [True, False])
 def test_a_rank_prefilling_stalls_the_other_ranks_decode(ff: bool) -> None:
     # A decodes on rank 0 from 1.1 ms (steps of 1.001 ms: 2.101, 3.102, ...). B (900 tokens)
