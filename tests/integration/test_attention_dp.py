@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from dynosim import DeploymentConfig, Request, Simulation
 from dynosim.engine.adp_balance import AdpBalance
 from dynosim.errors import ConfigError
+from dynosim.files import load_deployment
 from dynosim.perf.deployment import DeploymentPerf
 from dynosim.perf.linear import LinearStepTime
 from tests.conftest import assert_workers_empty
@@ -183,3 +185,13 @@ def test_balancing_is_trtllm_only_and_its_counts_are_checked() -> None:
                 "engine": {"attention_dp_timeout_iters": -1},
             }
         )
+
+
+def test_the_attention_dp_example_is_what_the_deepseek_recipes_ran() -> None:
+    example = Path(__file__).parents[2] / "examples" / "deepseek_r1_b200_trtllm_adp.yaml"
+    cfg = load_deployment(example)
+    assert (cfg.backend, cfg.tp, cfg.attention_dp, cfg.ep, cfg.gpus) == ("trtllm", 1, 8, 8, 8)
+    e = cfg.engine
+    balance = (e.attention_dp_enable_balance, e.attention_dp_timeout_iters,
+               e.attention_dp_batching_wait_iters)  # fmt: skip
+    assert balance == (True, 60, 0)
