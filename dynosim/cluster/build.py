@@ -20,7 +20,6 @@ from dynosim.config import DeploymentConfig, PoolName
 from dynosim.engine.batch import FinishCallback
 from dynosim.engine.policies import worker_class
 from dynosim.errors import ConfigError
-from dynosim.perf.catalog import model_spec
 from dynosim.perf.speculative import extra_blocks, verify_steps
 from dynosim.router import make_router
 from dynosim.types import Request
@@ -79,6 +78,8 @@ def _ranks_step_together(config: DeploymentConfig) -> bool:
     """
     if config.backend != "vllm":
         return True
+    from dynosim.perf.catalog import model_spec  # lazily: only vLLM attention-DP replicas ask
+
     try:
         return model_spec(config.model).is_moe
     except ConfigError:

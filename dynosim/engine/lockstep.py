@@ -67,8 +67,8 @@ class LockstepGroup:
     """
 
     __slots__ = (
-        "_counts", "_formed", "_joining", "_members", "_moe", "_version", "balance", "env",
-        "ranks", "stepping",
+        "_counts", "_formed", "_index", "_joining", "_members", "_moe", "_version", "balance",
+        "env", "ranks", "stepping",
     )  # fmt: skip
 
     def __init__(
@@ -76,6 +76,7 @@ class LockstepGroup:
     ) -> None:
         self.env = env
         self.ranks = list(ranks)
+        self._index = {r: i for i, r in enumerate(self.ranks)}
         self.stepping = False
         self._version = 0
         self._formed: list[Formed] = []  # the steps the ranks formed at this boundary
@@ -144,10 +145,11 @@ class LockstepGroup:
         joining, self._joining = self._joining, []
         if self.balance is not None and members:  # the stretch's iterations after its first
             self.balance.advance(*self._counts, members[0]._seg_steps - 1)
+        stepped, joined = set(members), set(joining)
         for r in self.ranks:  # in index order, in both modes
-            if r in members:
-                r._boundary(now)
-            elif r in joining:
+            if r in stepped:  # a rank schedules nothing of its own: its version is current
+                r._on_boundary(r._version)
+            elif r in joined:
                 r._start_step(now)
         while self._joining:  # a request routed to an idle rank while the others formed
             joining, self._joining = self._joining, []
@@ -224,8 +226,7 @@ class LockstepGroup:
             return [0] * len(formed)
         own = []
         for r, n, _, _, _ in formed:  # a request whose KV came by transfer decodes here
-            remote = sum(1 for rr, _ in r._step_prefill if rr.remote)
-            chunks = sum(c for rr, c in r._step_prefill if not rr.remote)
+            _, chunks, remote = _split(r)
             own.append((float(chunks), float(n + remote)))
         size = len(self.ranks)
         mean = moe(sum(p for p, _ in own) / size, sum(n for _, n in own) / size)
@@ -238,13 +239,23 @@ class LockstepGroup:
         :class:`~dynosim.engine.policies.VllmWorker`); a rank with no step runs a dummy one.
         """
         contexts, generation = [0] * len(self.ranks), [1] * len(self.ranks)
-        where = {id(r): i for i, r in enumerate(self.ranks)}
         for r, n, _, _, _ in formed:
-            i = where[id(r)]
-            remote = sum(1 for rr, _ in r._step_prefill if rr.remote)
-            contexts[i] = len(r._step_prefill) - remote
+            i = self._index[r]
+            contexts[i], _, remote = _split(r)
             generation[i] = n + remote
         return contexts, generation
+
+
+def _split(r: EngineWorker) -> tuple[int, int, int]:
+    """(context requests, their chunk tokens, requests whose KV came by transfer) of its step."""
+    contexts = chunks = remote = 0
+    for rr, c in r._step_prefill:
+        if rr.remote:
+            remote += 1
+        else:
+            contexts += 1
+            chunks += c
+    return contexts, chunks, remote
 
 
 Formed = tuple["EngineWorker", int, int, list[tuple[int, int]], bool]

@@ -224,11 +224,10 @@ class EngineWorker(DecodeSegments):
         heapq.heappush(env._queue, entry)  # type: ignore[misc]
 
     def _on_boundary(self, version: int) -> None:
-        if version == self._version:
-            self._boundary(int(self.env._now))  # not the now property: a call less
-
-    def _boundary(self, now: int) -> None:
-        """The scheduled step (or segment) ends at ``now``: account for it, form the next."""
+        """The scheduled step (or segment) ends now: account for it, form the next."""
+        if version != self._version:
+            return
+        now = int(self.env._now)  # not the now property: a call less
         if self.watch is not None:
             self.touch()
         self.events += 1
@@ -316,7 +315,11 @@ class EngineWorker(DecodeSegments):
             return
         if step_prefill or not self.fast_forward or single:
             self._seg_steps = 1
-            self._schedule(now + self._price(shapes, n, kv_tokens))
+            if self.remote_decodes:
+                us = self._price(shapes, n, kv_tokens)
+            else:  # what _price returns then, without its call on every such step
+                us = self.timing.step_us(shapes, n, kv_tokens)
+            self._schedule(now + us)
             return
         self._start_segment(now, n, kv_tokens)
 

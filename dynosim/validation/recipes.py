@@ -66,9 +66,10 @@ from __future__ import annotations
 
 import csv
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from dynosim.perf.catalog import fp8_scales
 
@@ -186,24 +187,11 @@ def family_kv_cache_dtype(r: dict[str, str]) -> str | None:
     table holds (``dsr1_fp4_b200_docker.sh`` of 2025-11 to ``dsr1_fp8_b200.sh`` of 2026-03).
     None where the family's recipes differ, leave it at the default, or are not known.
     """
-    return _family_kv().get(tuple((r.get(k) or "").strip() for k in _FAMILY_FIELDS))
+    return _family_kv().get(_family(r))
 
 
 _FAMILY_FIELDS = _ROW_FIELDS[:4]
 """``model_path``, ``system``, ``backend``, ``precision``: the recipe family of a row."""
-
-
-@functools.lru_cache(maxsize=1)
-def _family_kv() -> dict[tuple[str, ...], str]:
-    seen: dict[tuple[str, ...], set[str | None]] = {}
-    for recipe in _table().values():
-        seen.setdefault(recipe.row[:4], set()).add(recipe.kv_cache_dtype)
-    return {
-        family: dtype
-        for family, dtypes in seen.items()
-        if len(dtypes) == 1 and (dtype := next(iter(dtypes))) is not None
-    }
-
 
 _BALANCE_FIELDS = (
     "attention_dp_enable_balance",
@@ -220,21 +208,39 @@ def family_attention_dp_config(r: dict[str, str]) -> dict[str, Any]:
     DeepSeek-R1 TensorRT-LLM recipe with attention DP in the table writes ``enable_balance:
     true, timeout_iters: 60, batching_wait_iters: 0``). Empty where they differ or none is known.
     """
-    return _family_balance().get(tuple((r.get(k) or "").strip() for k in _FAMILY_FIELDS), {})
+    return dict(_family_balance().get(_family(r), ()))
+
+
+def _family(r: dict[str, str]) -> tuple[str, ...]:
+    return tuple((r.get(k) or "").strip() for k in _FAMILY_FIELDS)
+
+
+_T = TypeVar("_T")
+
+
+def _agreed(
+    value: Callable[[RowRecipe], _T | None],
+    among: Callable[[RowRecipe], bool] = lambda recipe: True,
+) -> dict[tuple[str, ...], _T]:
+    """Per recipe family, the value every recipe of it (``among`` them) has, where it is set."""
+    seen: dict[tuple[str, ...], set[_T | None]] = {}
+    for recipe in _table().values():
+        if among(recipe):
+            seen.setdefault(recipe.row[:4], set()).add(value(recipe))
+    return {family: v for family, vs in seen.items() if len(vs) == 1 and (v := next(iter(vs)))}
 
 
 @functools.lru_cache(maxsize=1)
-def _family_balance() -> dict[tuple[str, ...], dict[str, Any]]:
-    seen: dict[tuple[str, ...], set[tuple[tuple[str, Any], ...]]] = {}
-    for recipe in _table().values():
-        if recipe.parallel is not None and recipe.parallel["attention_dp"] > 1:
-            flags = tuple((k, recipe.engine[k]) for k in _BALANCE_FIELDS if k in recipe.engine)
-            seen.setdefault(recipe.row[:4], set()).add(flags)
-    return {
-        family: dict(next(iter(configs)))
-        for family, configs in seen.items()
-        if len(configs) == 1 and next(iter(configs))
-    }
+def _family_kv() -> dict[tuple[str, ...], str]:
+    return _agreed(lambda recipe: recipe.kv_cache_dtype)
+
+
+@functools.lru_cache(maxsize=1)
+def _family_balance() -> dict[tuple[str, ...], tuple[tuple[str, Any], ...]]:
+    return _agreed(
+        lambda recipe: tuple((k, recipe.engine[k]) for k in _BALANCE_FIELDS if k in recipe.engine),
+        among=lambda recipe: recipe.parallel is not None and recipe.parallel["attention_dp"] > 1,
+    )
 
 
 @functools.lru_cache(maxsize=1)
